@@ -1,0 +1,206 @@
+"""Typed run configuration: one default per field, YAML overrides, `--set a.b=v` overrides.
+
+Unknown keys and bad values fail at load with a message that names the key.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config key or value is invalid; the message names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(_Section):
+    """A causal LM: a local HF directory (`path`) or a tiny one built from the fields below."""
+
+    path: str | None = Field(None, description="local HF causal-LM directory; None builds a tiny model")
+    arch: Literal["qwen2", "llama"] = "qwen2"
+    hidden_size: int = Field(96, gt=0)
+    num_layers: int = Field(3, gt=0)
+    num_heads: int = Field(4, gt=0)
+    intermediate_size: int = Field(256, gt=0)
+    max_positions: int = Field(1024, gt=0)
+
+
+class ModelsConfig(_Section):
+    vocab_size: int = Field(1200, gt=50, description="size of the tokenizer trained in-process")
+    policy: ModelSpec = ModelSpec()
+    judge: ModelSpec = ModelSpec()
+    environment: ModelSpec = ModelSpec(hidden_size=64, num_layers=2)
+
+
+class RunConfig(_Section):
+    name: str = "quickstart"
+    seed: int = 0
+    output_dir: str = "runs"
+    iterations: int = Field(6, ge=0)
+    eval_every: int = Field(0, ge=0, description="evaluate held-out every k iterations; 0 = only at the end")
+    torch_threads: int = Field(0, ge=0, description="0 = torch default")
+
+
+class EnvironmentConfig(_Section):
+    name: str = "household"
+    train_slots: int = Field(64, gt=0, description="seed slots in the task store")
+    heldout_tasks: int = Field(200, gt=0, description="held-out tasks, never trained on")
+    knobs: dict[str, Any] = Field(default_factory=dict, description="seed difficulty knobs (env-specific)")
+    adapt: bool = Field(True, description="environment adaptation on/off (ablation switch)")
+    alpha_low: float = Field(0.2, ge=0, le=1)
+    alpha_high: float = Field(0.8, ge=0, le=1)
+    attempts: int = Field(3, gt=0, description="A: rewrite attempts per task")
+    rewriter: Literal["procedural", "llm"] = "procedural"
+
+    @model_validator(mode="after")
+    def _band(self) -> "EnvironmentConfig":
+        if not self.alpha_low < self.alpha_high:
+            raise ValueError("environment.alpha_low must be < environment.alpha_high")
+        return self
+
+
+class RolloutConfig(_Section):
+    backend: str = "transformers"
+    tasks_per_iteration: int = Field(16, gt=0, description="K active slots sampled per iteration")
+    n: int = Field(8, gt=0, description="N trajectories per task")
+    max_steps: int = Field(12, gt=0, description="H: at most this many policy turns")
+    temperature: float = Field(1.0, ge=0)
+    max_new_tokens: int = Field(6, gt=0)
+    batch_size: int = Field(128, gt=0, description="episodes generated together")
+    history_turns: int = Field(3, ge=0, description="past turns shown in the prompt")
+
+
+class JudgeConfig(_Section):
+    m: int = Field(3, gt=0, description="judge samples per step")
+    temperature: float = Field(1.0, ge=0)
+    max_new_tokens: int = Field(12, gt=0)
+    batch_size: int = Field(256, gt=0)
+    train: bool = Field(True, description="judge training on/off (ablation switch)")
+
+
+class RewardConfig(_Section):
+    step_weight: float = Field(1.0, ge=0, description="λ in R = O + λ·mean S; 0 = outcome only")
+
+
+class TrainConfig(_Section):
+    backend: str = "torch"
+    lr: float = Field(2e-4, gt=0)
+    judge_lr: float = Field(1e-4, gt=0)
+    clip_eps: float = Field(0.2, gt=0, description="ε")
+    kl_beta: float = Field(0.01, ge=0, description="β")
+    reference: Literal["old", "initial"] = "old"
+    minibatch_size: int = Field(64, gt=0, description="samples per optimizer step")
+    micro_batch_size: int = Field(32, gt=0, description="samples per forward; GAS = ceil(mini/micro)")
+    max_optimizer_steps: int = Field(8, gt=0, description="cap on optimizer steps per model per iteration")
+    grad_clip: float = Field(1.0, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class BootstrapConfig(_Section):
+    demos: int = Field(600, ge=0, description="oracle demonstration episodes for the policy warm-start")
+    policy_steps: int = Field(250, ge=0)
+    judge_steps: int = Field(200, ge=0)
+    batch_size: int = Field(32, gt=0)
+    lr: float = Field(1e-3, gt=0)
+    bad_action_rate: float = Field(0.35, ge=0, le=1, description="random actions mixed into judge data")
+
+
+class EvalConfig(_Section):
+    episodes_per_task: int = Field(1, gt=0)
+    temperature: float = Field(0.0, ge=0, description="0 = greedy")
+
+
+class TrackingConfig(_Section):
+    mlflow_uri: str | None = Field(None, description="None = sqlite file under the run folder")
+    experiment: str = "rlanything"
+    register_models: bool = True
+
+
+class VersioningConfig(_Section):
+    dvc: bool = True
+    remote: str | None = Field(None, description="DVC remote URL; None = a local folder beside the run")
+
+
+class GatesConfig(_Section):
+    enabled: bool = True
+
+
+class Config(_Section):
+    run: RunConfig = RunConfig()
+    models: ModelsConfig = ModelsConfig()
+    environment: EnvironmentConfig = EnvironmentConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    judge: JudgeConfig = JudgeConfig()
+    reward: RewardConfig = RewardConfig()
+    train: TrainConfig = TrainConfig()
+    bootstrap: BootstrapConfig = BootstrapConfig()
+    eval: EvalConfig = EvalConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    versioning: VersioningConfig = VersioningConfig()
+    gates: GatesConfig = GatesConfig()
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: '{key}' is not a section")
+    node[keys[-1]] = value
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`rollout.n=8` -> ("rollout.n", 8); the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' must look like section.key=value")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+
+
+def _explain(err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "<root>"
+    if first["type"] == "extra_forbidden":
+        return f"unknown config key '{key}'"
+    return f"config key '{key}': {first['msg']} (got {first.get('input')!r})"
+
+
+def load_config(paths: list[str | Path] | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then each YAML file in order, then `--set` overrides."""
+    tree: dict[str, Any] = {}
+    for path in paths or []:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping")
+        tree = _merge(tree, data)
+    for item in overrides or []:
+        key, value = parse_override(item)
+        _set_dotted(tree, key, value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_explain(err)) from None
+
+
+def config_to_yaml(config: Config) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,90 @@
+"""The text-environment interface and its registry.
+
+An environment family (e.g. `household`) turns a JSON task spec into playable episodes and can
+validate, generate, solve and re-difficult its own specs. Rollout, adaptation and bootstrap code talk
+to this interface only; variants are looked up by name in `ENVIRONMENTS`.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+class SpecError(ValueError):
+    """A task spec fails structural validation (schema, references, solvability)."""
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    observation: str
+    done: bool
+    won: bool
+
+
+@runtime_checkable
+class Episode(Protocol):
+    """One playable episode of one task. Deterministic given the spec."""
+
+    goal: str  # natural-language goal shown to the policy and the judge
+
+    def reset(self) -> str:
+        """Start (or restart) the episode; returns the initial observation."""
+
+    def admissible_commands(self) -> list[str]:
+        """Commands valid in the current state, in a stable order."""
+
+    def step(self, command: str) -> StepOutcome:
+        """Apply an admissible command (an inadmissible one leaves the state unchanged)."""
+
+    def is_progress(self, command: str) -> bool:
+        """Oracle label: does `command` make progress on some shortest plan from the current state?"""
+
+    def oracle_plan(self) -> list[str]:
+        """A shortest list of commands that reaches the goal from the current state ([] if won)."""
+
+
+class EnvironmentFamily(Protocol):
+    name: str
+
+    def validate(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Return the normalised spec or raise SpecError (schema, references, solvable by the oracle)."""
+
+    def make(self, spec: dict[str, Any]) -> Episode:
+        """A fresh episode for a validated spec."""
+
+    def generate(self, knobs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+        """A random valid spec at the given difficulty knobs (defaults fill missing knobs)."""
+
+    def difficulty(self, spec: dict[str, Any]) -> float:
+        """A scalar difficulty for metrics (e.g. the oracle plan length)."""
+
+    def knobs_of(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The difficulty knobs a spec was generated with."""
+
+    def adjust(
+        self, spec: dict[str, Any], direction: str, feedback: str, rng: random.Random
+    ) -> tuple[dict[str, Any], str]:
+        """Procedural rewrite: a new spec one knob harder/easier, chosen using the critic feedback;
+        returns (spec, reason)."""
+
+    def describe_schema(self) -> str:
+        """A short text of the spec schema, for LLM rewriters' prompts."""
+
+
+ENVIRONMENTS: dict[str, EnvironmentFamily] = {}
+
+
+def register_environment(family: EnvironmentFamily) -> EnvironmentFamily:
+    ENVIRONMENTS[family.name] = family
+    return family
+
+
+def get_environment(name: str) -> EnvironmentFamily:
+    if name not in ENVIRONMENTS:
+        # Import built-ins lazily so that registering happens on first use.
+        from rla_core.envs import household  # noqa: F401
+    try:
+        return ENVIRONMENTS[name]
+    except KeyError:
+        raise KeyError(f"unknown environment '{name}'; valid: {sorted(ENVIRONMENTS)}") from None

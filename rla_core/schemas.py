@@ -1,0 +1,114 @@
+"""Record types exchanged between stages: one explicit, serialisable type per boundary.
+
+Every stage of an iteration reads and writes these as JSON/JSONL, so a stage can run on another
+machine and be retried alone. Token ids are kept exactly as generated: training never re-tokenises.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Verdict = Literal[-1, 0, 1]
+Direction = Literal["harder", "easier"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Task(_Record):
+    """One concrete task: an environment name plus its JSON spec (validated by that environment)."""
+
+    task_id: str
+    slot_id: str
+    env: str = "household"
+    spec: dict[str, Any]
+    difficulty: float = 0.0  # environment-defined scalar, for grouping metrics by difficulty
+    version: int = 0  # 0 for the root task of a slot, +1 per accepted rewrite
+
+
+class Step(_Record):
+    """One policy turn: what the policy saw, what it generated (exact ids) and what followed."""
+
+    index: int
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_text: str
+    action: str | None  # the admissible command chosen, None when the response did not parse
+    observation: str  # the observation after the action
+    oracle_good: bool | None = None  # oracle label: does the action make progress on a shortest plan
+
+
+class Trajectory(_Record):
+    task_id: str
+    slot_id: str
+    sample_index: int  # j in 0..N-1 within the task's group
+    goal: str
+    initial_observation: str
+    steps: list[Step]
+    success: bool
+
+    @property
+    def outcome(self) -> int:
+        """O(τ) ∈ {+1, −1}."""
+        return 1 if self.success else -1
+
+
+class JudgeSample(_Record):
+    """One of the m judge samples for one step."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    text: str
+    verdict: Verdict
+
+
+class JudgedStep(_Record):
+    task_id: str
+    sample_index: int
+    step_index: int
+    samples: list[JudgeSample]
+    oracle_good: bool | None = None
+
+
+class TrainingSample(_Record):
+    """(prompt, response, advantage) for the policy or the judge; the ids are the generated ones."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    advantage: float
+    task_id: str
+    sample_index: int
+    step_index: int
+    judge_sample: int | None = None  # l, for reward-model samples
+
+
+class TaskRecordEvent(_Record):
+    """One entry of a slot's history: an accepted version, with who/when/why."""
+
+    version: int
+    task_id: str
+    iteration: int
+    source: str  # "seed" or the rewriter name
+    reason: str = ""
+    direction: Direction | None = None
+    acc_before: float | None = None
+    acc_after: float | None = None
+
+
+class PendingCandidate(_Record):
+    task: Task
+    direction: Direction
+    created_iteration: int
+    prev_acc: float  # accuracy of the version it was derived from
+    source: str
+    feedback: str = ""
+
+
+class Slot(_Record):
+    slot_id: str
+    root: Task
+    active: Task
+    history: list[TaskRecordEvent] = Field(default_factory=list)
+    pending: PendingCandidate | None = None

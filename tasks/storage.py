@@ -1,0 +1,83 @@
+"""Atomic reads and writes of stage outputs (local filesystem; an S3 backend can be added later).
+
+Every artifact is written to a temporary sibling and renamed into place, so a reader never sees a
+half-written file and an interrupted stage leaves either nothing or the complete output.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable, TypeVar
+
+from pydantic import BaseModel
+
+RecordT = TypeVar("RecordT", bound=BaseModel)
+
+DONE_MARKER = "_DONE"
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(path: str | Path, data: object) -> Path:
+    return write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def read_json(path: str | Path) -> object:
+    return json.loads(Path(path).read_text())
+
+
+def write_records(path: str | Path, records: Iterable[BaseModel]) -> Path:
+    lines = [record.model_dump_json() for record in records]
+    return write_text(path, "\n".join(lines) + ("\n" if lines else ""))
+
+
+def read_records(path: str | Path, record_type: type[RecordT]) -> list[RecordT]:
+    text = Path(path).read_text()
+    return [record_type.model_validate_json(line) for line in text.splitlines() if line.strip()]
+
+
+def replace_dir(src: str | Path, dst: str | Path) -> Path:
+    """Move a fully written directory into place, replacing any previous one."""
+    src, dst = Path(src), Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists():
+        trash = dst.with_name(f".{dst.name}.old")
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(dst, trash)
+        os.replace(src, dst)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(src, dst)
+    return dst
+
+
+def staging_dir(final: str | Path) -> Path:
+    """A fresh temporary directory beside `final`, to be moved into place with replace_dir."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+
+
+def mark_done(stage_dir: str | Path, summary: dict | None = None) -> Path:
+    """Write the stage's completion marker last; its presence means every output is complete."""
+    return write_json(Path(stage_dir) / DONE_MARKER, summary or {})
+
+
+def is_done(stage_dir: str | Path) -> bool:
+    return (Path(stage_dir) / DONE_MARKER).is_file()
+
+
+def done_summary(stage_dir: str | Path) -> dict:
+    data = read_json(Path(stage_dir) / DONE_MARKER)
+    return data if isinstance(data, dict) else {}
