@@ -1,0 +1,28 @@
+# Two entry points for a new user: `make quickstart` and `make test`. Both install into ./.venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install quickstart test bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, pinned: the CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+quickstart: install
+	$(VENV)/bin/rla quickstart
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	$(PY) bench/bench_env.py
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,78 @@
+"""The `rla` command line: quickstart, run, eval, ui (and seed/bootstrap for the DVC pipeline)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
+
+
+def _quiet_environment() -> None:
+    """Embedded defaults, set before prefect/mlflow are imported; a user's own settings win."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # else 'database is locked' per run
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rla", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(name: str, help_text: str, default: list[str] | None = None) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=help_text)
+        cmd.add_argument("--config", action="append", default=default,
+                         help="YAML override file (repeatable, applied in order)")
+        cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="override one config key, e.g. --set rollout.n=8")
+        return cmd
+
+    with_config("quickstart", "seed → bootstrap → a few iterations on CPU, then a before/after table")
+    with_config("run", "run (or continue) the training flow of a config")
+    with_config("seed", "prepare the run: seed tasks, tiny models and the warm-start (DVC stage)")
+    evaluate = with_config("eval", "evaluate a run's latest (or given) policy and judge on held-out tasks")
+    evaluate.add_argument("--iteration", type=int, default=None, help="default: the latest completed")
+    ui = sub.add_parser("ui", help="start the MLflow UI for a run on 127.0.0.1")
+    ui.add_argument("--run", default="runs/quickstart", help="run folder (holds mlflow.db)")
+    ui.add_argument("--port", type=int, default=5000)
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from flows import commands  # imported after the environment is set
+
+    if args.command == "ui":
+        return commands.ui(args.run, args.port)
+    configs = args.config or ([str(QUICKSTART)] if args.command == "quickstart" else [])
+    if args.command in ("run", "seed", "eval") and not configs:
+        raise ValueError(f"rla {args.command} needs --config FILE")
+    if args.command == "seed":
+        return commands.prepare(configs, args.overrides)
+    if args.command == "eval":
+        return commands.evaluate(configs, args.overrides, args.iteration)
+    return commands.run(configs, args.overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_environment()
+    args = _parser().parse_args(argv)
+    from flows.commands import USER_ERRORS
+
+    try:
+        return _dispatch(args)
+    except USER_ERRORS as err:
+        print(f"rla: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rla: interrupted; re-run the same command to continue from the last completed stage",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

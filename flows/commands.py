@@ -1,0 +1,100 @@
+"""What each `rla` subcommand does, and the before/after summary table."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from rla_core.config import ConfigError, load_config
+from rla_core.envs.base import SpecError
+from tasks.paths import RunPaths
+from tasks.storage import done_summary, is_done
+
+try:
+    from tasks.gates import GateFailed
+except ImportError:  # pragma: no cover - gates module always ships; keeps the CLI importable alone
+    GateFailed = RuntimeError  # type: ignore[misc,assignment]
+
+USER_ERRORS = (ConfigError, SpecError, GateFailed, FileNotFoundError, ValueError, KeyError)
+
+ROWS = [
+    ("held-out success rate", "heldout/success_rate"),
+    ("judge p+ (good steps)", "heldout/judge_p_pos"),
+    ("judge p- (bad steps)", "heldout/judge_p_neg"),
+    ("judge mu = p+ + p-", "heldout/judge_mu"),
+    ("held-out invalid answers", "heldout/invalid_rate"),
+    ("held-out mean steps", "heldout/mean_steps"),
+]
+
+
+def _fmt(value: float | None) -> str:
+    return "   n/a" if value is None else f"{value:6.3f}"
+
+
+def summary_table(run_dir: str) -> str:
+    """Before (warm-start) vs after (last evaluated iteration) on the held-out tasks, plus the per-
+    iteration train success rate and task-store counts."""
+    paths = RunPaths.of(run_dir)
+    before = json.loads((paths.root / "baseline" / "metrics.json").read_text())
+    evaluated = [k for k in paths.completed_iterations() if (paths.stage(k, "evaluate") / "metrics.json").is_file()]
+    after = json.loads((paths.stage(evaluated[-1], "evaluate") / "metrics.json").read_text()) if evaluated else {}
+    lines = [f"{'metric':28s} {'before':>8s} {'after':>8s}",
+             f"{'episodes':28s} {before.get('heldout/episodes', 0):8.0f} {after.get('heldout/episodes', 0):8.0f}"]
+    lines += [f"{label:28s} {_fmt(before.get(key)):>8s} {_fmt(after.get(key)):>8s}" for label, key in ROWS]
+    lines.append("")
+    lines.append(f"{'iteration':>9s} {'train succ':>10s} {'policy n':>8s} {'judge n':>8s} {'accepted':>8s} "
+                 f"{'proposed':>8s} {'seconds':>8s}")
+    for k in paths.completed_iterations():
+        roll = done_summary(paths.stage(k, "rollout"))["metrics"]
+        data = done_summary(paths.stage(k, "data"))["metrics"]
+        env = done_summary(paths.stage(k, "adapt"))["metrics"]
+        seconds = sum(done_summary(paths.stage(k, s)).get("seconds", 0.0)
+                      for s in ("select", "rollout", "judge", "adapt", "data", "validate", "train_policy",
+                                "train_judge", "evaluate", "commit") if is_done(paths.stage(k, s)))
+        lines.append(f"{k:9d} {roll['train/success_rate']:10.3f} {data['data/policy/samples']:8.0f} "
+                     f"{data['data/judge/samples']:8.0f} {env['env/accepted']:8.0f} {env['env/proposed']:8.0f} "
+                     f"{seconds:8.1f}")
+    return "\n".join(lines)
+
+
+def run(configs: list[str], overrides: list[str]) -> int:
+    from flows.train import train
+
+    result = train(configs, overrides)
+    print(summary_table(result["run_dir"]))
+    print(f"\nrun folder: {result['run_dir']}   MLflow UI: rla ui --run {result['run_dir']}")
+    return 0
+
+
+def prepare(configs: list[str], overrides: list[str]) -> int:
+    from flows.train import prepare
+
+    print(json.dumps(prepare(configs, overrides), indent=2, default=str))
+    return 0
+
+
+def evaluate(configs: list[str], overrides: list[str], iteration: int | None) -> int:
+    from flows.train import evaluate_run
+
+    print(json.dumps(evaluate_run(configs, overrides, iteration), indent=2, sort_keys=True))
+    return 0
+
+
+def ui(run_dir: str, port: int) -> int:
+    """Start `mlflow ui` on 127.0.0.1 for the run's sqlite store; Ctrl-C stops it (by its PID)."""
+    paths = RunPaths.of(run_dir)
+    db = paths.root / "mlflow.db"
+    if not db.is_file():
+        raise FileNotFoundError(f"no MLflow store at {db}; run `rla quickstart` or `rla run` first")
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{db}",
+           "--host", "127.0.0.1", "--port", str(port)]
+    print(f"MLflow UI on http://127.0.0.1:{port}  (Ctrl-C to stop)")
+    process = subprocess.Popen(cmd)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+        return 0

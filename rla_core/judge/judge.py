@@ -1,0 +1,115 @@
+"""The generative step-wise judge: prompt, m samples per step, verdict parsing.
+
+The judge sees the task, the history, the policy's response for the step (with the command it chose)
+and the next observation; it writes a short rationale and `\\boxed{1}` or `\\boxed{-1}`.
+Anything else parses to 0.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from rla_core.rollout.base import RolloutEngine, SamplingParams
+from rla_core.rollout.prompts import Turn, format_history
+from rla_core.schemas import JudgedStep, JudgeSample, Trajectory, Verdict
+
+VERDICT = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
+GOOD_RATIONALE = "moves toward the goal"
+BAD_RATIONALE = "does not help the goal"
+
+
+def parse_verdict(text: str) -> Verdict:
+    """+1 / −1 from the last `\\boxed{..}`; 0 when absent or anything else.
+
+    >>> parse_verdict("helps \\\\boxed{1}"), parse_verdict("\\\\boxed{-1}"), parse_verdict("yes")
+    (1, -1, 0)
+    """
+    found = VERDICT.findall(text)
+    if not found:
+        return 0
+    return {"1": 1, "+1": 1, "-1": -1}.get(found[-1], 0)
+
+
+def judge_answer(good: bool) -> str:
+    """The target text of a correct verdict (used to warm-start the judge on oracle labels)."""
+    return f" {GOOD_RATIONALE} \\boxed{{1}}" if good else f" {BAD_RATIONALE} \\boxed{{-1}}"
+
+
+def rationale(text: str) -> str:
+    """The judge's rationale: its text before the verdict."""
+    return VERDICT.split(text)[0].strip()
+
+
+def judge_prompt(goal: str, history: list[Turn], observation: str, response: str, action: str | None,
+                 next_observation: str, keep: int) -> str:
+    chosen = action if action is not None else "(invalid answer)"
+    return (
+        f"{goal}\n{format_history(history, keep)}Now: {observation}\n"
+        f"Response: {response.strip()} = {chosen}\nNext: {next_observation}\n"
+        "Is this step good? Answer with a reason and \\boxed{1} or \\boxed{-1}.\nJudge:"
+    )
+
+
+def step_prompts(trajectory: Trajectory, keep: int) -> list[str]:
+    """One judge prompt per step of a trajectory, in step order."""
+    prompts, history, observation = [], [], trajectory.initial_observation
+    for step in trajectory.steps:
+        prompts.append(judge_prompt(trajectory.goal, history, observation, step.response_text, step.action,
+                                    step.observation, keep))
+        history.append(Turn(step.action or "(invalid answer)", step.observation))
+        observation = step.observation
+    return prompts
+
+
+def judge_trajectories(
+    engine: RolloutEngine,
+    tokenizer: Any,
+    trajectories: list[Trajectory],
+    m: int,
+    params: SamplingParams,
+    history_turns: int,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[JudgedStep], dict[str, float]]:
+    """m judge samples for every step of every trajectory.
+
+    Returns one JudgedStep per (trajectory, step) and metrics: verdict rates and, where oracle labels
+    exist, the judge's per-sample precision on good steps p₊ and on bad steps p₋ (and μ = p₊ + p₋).
+    """
+    keys, texts = [], []
+    for trajectory in trajectories:
+        for step, text in zip(trajectory.steps, step_prompts(trajectory, history_turns)):
+            keys.append((trajectory, step))
+            texts.append(text)
+    prompt_ids = tokenizer(texts)["input_ids"] if texts else []
+    repeated = [ids for ids in prompt_ids for _ in range(m)]
+    generations = engine.generate(repeated, params, progress)
+    judged = []
+    for n, (trajectory, step) in enumerate(keys):
+        samples = [
+            JudgeSample(prompt_ids=prompt_ids[n], response_ids=g.token_ids, text=g.text, verdict=parse_verdict(g.text))
+            for g in generations[n * m:(n + 1) * m]
+        ]
+        judged.append(JudgedStep(task_id=trajectory.task_id, sample_index=trajectory.sample_index,
+                                 step_index=step.index, samples=samples, oracle_good=step.oracle_good))
+    return judged, judge_metrics(judged)
+
+
+def judge_metrics(judged: list[JudgedStep]) -> dict[str, float]:
+    """Verdict rates and precision against oracle labels: p₊ = P(S=+1 | good), p₋ = P(S=−1 | bad)."""
+    verdicts = [s.verdict for j in judged for s in j.samples]
+    on_good = [s.verdict for j in judged if j.oracle_good is True for s in j.samples]
+    on_bad = [s.verdict for j in judged if j.oracle_good is False for s in j.samples]
+    total = max(len(verdicts), 1)
+    metrics = {
+        "verdict_pos_rate": verdicts.count(1) / total,
+        "verdict_neg_rate": verdicts.count(-1) / total,
+        "verdict_unparsed_rate": verdicts.count(0) / total,
+        "judged_steps": float(len(judged)),
+    }
+    if on_good:
+        metrics["p_pos"] = on_good.count(1) / len(on_good)
+    if on_bad:
+        metrics["p_neg"] = on_bad.count(-1) / len(on_bad)
+    if on_good and on_bad:
+        metrics["mu"] = metrics["p_pos"] + metrics["p_neg"]
+    return metrics

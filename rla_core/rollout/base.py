@@ -1,0 +1,54 @@
+"""The rollout-engine interface and its registry.
+
+An engine turns batches of prompt token ids into sampled continuations and keeps the exact generated
+ids. Backends (transformers now, vLLM later) register by name; callers only use `get_engine`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0  # 0 = greedy
+    seed: int = 0
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]  # generated ids, ending with eos when the model stopped by itself
+    text: str  # decoded without special tokens
+    logprobs: list[float] = field(default_factory=list)  # model log-probs (temperature 1) of token_ids
+
+
+class RolloutEngine(Protocol):
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, progress: Callable[[int], None] | None = None
+    ) -> list[Generation]:
+        """One Generation per prompt, in order. `progress(n)` is called as prompts complete."""
+
+    def load_weights(self, model: Any) -> None:
+        """Make the engine sample from new weights (after a training update)."""
+
+
+ENGINES: dict[str, Callable[..., RolloutEngine]] = {}
+
+
+def register_engine(name: str) -> Callable[[Callable[..., RolloutEngine]], Callable[..., RolloutEngine]]:
+    def wrap(factory: Callable[..., RolloutEngine]) -> Callable[..., RolloutEngine]:
+        ENGINES[name] = factory
+        return factory
+
+    return wrap
+
+
+def get_engine(name: str) -> Callable[..., RolloutEngine]:
+    """The engine factory registered as `name`; the error lists the valid names."""
+    if name not in ENGINES:
+        from rla_core.rollout import hf_engine  # noqa: F401  (registers "transformers")
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise KeyError(f"unknown rollout backend '{name}'; valid: {sorted(ENGINES)}") from None

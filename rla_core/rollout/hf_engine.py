@@ -1,0 +1,112 @@
+"""The transformers rollout backend: batched sampling with a KV cache over left-padded prompts.
+
+All prompts of a chunk decode together; finished rows keep emitting pad tokens that are discarded.
+A hand-written decode loop (instead of `model.generate`) keeps the exact ids and their log-probs and
+avoids per-call overhead that dominates for tiny models.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from rla_core.rollout.base import Generation, SamplingParams, register_engine
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, L] ids and attention mask, padded on the left to the longest prompt."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt):] = 1
+    return ids, mask
+
+
+def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next token per row and its log-prob under the model (temperature 1), logits [B, V]."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    if temperature <= 0:
+        token = logprobs.argmax(dim=-1)
+    else:
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return token, logprobs.gather(-1, token[:, None]).squeeze(-1)
+
+
+@torch.no_grad()
+def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
+                 generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
+    """Decode up to max_new_tokens for every prompt; returns (ids, logprobs) per prompt."""
+    ids, mask = left_pad(prompts, pad_id)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    cache, logits = out.past_key_values, out.logits[:, -1, :]
+    next_pos = positions[:, -1] + 1
+    finished = torch.zeros(len(prompts), dtype=torch.bool)
+    tokens: list[torch.Tensor] = []
+    token_logprobs: list[torch.Tensor] = []
+    for _ in range(params.max_new_tokens):
+        token, logprob = _pick(logits, params.temperature, generator)
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        tokens.append(token)
+        token_logprobs.append(logprob)
+        finished |= token == eos_id
+        if bool(finished.all()):
+            break
+        # Finished rows feed pads that nothing reads; their mask value does not matter.
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                    past_key_values=cache, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        next_pos = next_pos + 1
+    return _strip(torch.stack(tokens, dim=1), torch.stack(token_logprobs, dim=1), eos_id)
+
+
+def _strip(tokens: torch.Tensor, logprobs: torch.Tensor, eos_id: int) -> list[tuple[list[int], list[float]]]:
+    """Cut each row after its first eos (kept) so only genuinely generated ids remain."""
+    rows = []
+    for row_ids, row_lp in zip(tokens.tolist(), logprobs.tolist()):
+        end = row_ids.index(eos_id) + 1 if eos_id in row_ids else len(row_ids)
+        rows.append((row_ids[:end], row_lp[:end]))
+    return rows
+
+
+class TransformersEngine:
+    """Rollout engine over an in-memory transformers causal LM."""
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+
+    def load_weights(self, model: Any) -> None:
+        self.model = model
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 progress: Callable[[int], None] | None = None) -> list[Generation]:
+        if not prompts:
+            return []
+        was_training = self.model.training
+        self.model.eval()
+        generator = torch.Generator().manual_seed(params.seed)
+        eos_id, pad_id = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        # Sort by length so each chunk pads little; results are put back in the callers' order.
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[Generation | None] = [None] * len(prompts)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            decoded = sample_batch(self.model, [prompts[i] for i in chunk], params, eos_id, pad_id, generator)
+            for index, (ids, logprobs) in zip(chunk, decoded):
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                results[index] = Generation(token_ids=ids, text=text, logprobs=logprobs)
+            if progress is not None:
+                progress(len(chunk))
+        self.model.train(was_training)
+        return [r for r in results if r is not None]
+
+
+@register_engine("transformers")
+def make_transformers_engine(model: Any, tokenizer: Any, batch_size: int = 64, **_: Any) -> TransformersEngine:
+    return TransformersEngine(model, tokenizer, batch_size=batch_size)

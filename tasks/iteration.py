@@ -1,0 +1,123 @@
+"""Prefect tasks for the stages of one RL iteration (DESIGN §2.2), in order.
+
+Each task: load its inputs from the run folder, call one rla_core function, write its outputs
+atomically under iterations/iter_k/<stage>/, and return a small JSON summary (metrics + references).
+A stage whose _DONE marker exists is skipped, so an interrupted run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from rla_core.adaptation.cycle import adapt
+from rla_core.adaptation.store import TaskStore
+from rla_core.config import Config
+from rla_core.envs.base import get_environment
+from rla_core.judge.judge import judge_trajectories
+from rla_core.rewards import judge_samples, policy_samples
+from rla_core.rollout.base import SamplingParams, get_engine
+from rla_core.rollout.runner import play
+from rla_core.schemas import JudgedStep, Task, TrainingSample, Trajectory
+from tasks.common import load_model, progress_bar, resumable, stage_seed
+from tasks.paths import RunPaths
+from tasks.rewriting import make_rewrite
+from tasks.storage import read_json, read_records, write_json, write_records
+
+STAGE = dict(cache_policy=NO_CACHE, persist_result=False)
+
+
+@task(name="select", **STAGE)
+@resumable("select")
+def select_tasks(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """K active slots plus every pending candidate created in the previous iteration."""
+    store = TaskStore.load(paths.store_dir(k))
+    tasks = store.select(cfg.rollout.tasks_per_iteration, random.Random(stage_seed(cfg, k, "select")), iteration=k)
+    write_records(out / "tasks.jsonl", tasks)
+    return {"tasks": len(tasks), "candidates": sum(t.task_id in {c.task.task_id for c in store.pending()}
+                                                   for t in tasks)}
+
+
+def rollout_tasks(paths: RunPaths, cfg: Config, tasks: list[Task], model_dir: Path, n: int,
+                  temperature: float, seed: int, desc: str) -> tuple[list[Trajectory], dict[str, float]]:
+    """N episodes of every task with the policy in `model_dir`, all generated together per turn."""
+    model, tokenizer = load_model(model_dir)
+    engine = get_engine(cfg.rollout.backend)(model, tokenizer, batch_size=cfg.rollout.batch_size)
+    jobs = [(t, j) for t in tasks for j in range(n)]
+    params = SamplingParams(cfg.rollout.max_new_tokens, temperature, seed)
+    with progress_bar(len(jobs), desc) as bar:
+        return play(engine, tokenizer, get_environment(cfg.environment.name), jobs, params,
+                    cfg.rollout.max_steps, cfg.rollout.history_turns, progress=bar.update)
+
+
+@task(name="rollout", **STAGE)
+@resumable("rollout")
+def rollout(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    tasks = read_records(paths.stage(k, "select") / "tasks.jsonl", Task)
+    trajectories, metrics = rollout_tasks(paths, cfg, tasks, paths.model_dir(k, "policy"), cfg.rollout.n,
+                                          cfg.rollout.temperature, stage_seed(cfg, k, "rollout"), f"rollout {k}")
+    write_records(out / "trajectories.jsonl", trajectories)
+    return {"metrics": {f"train/{name}": value for name, value in metrics.items()}}
+
+
+def judge_all(cfg: Config, trajectories: list[Trajectory], model_dir: Path, seed: int,
+              desc: str) -> tuple[list[JudgedStep], dict[str, float]]:
+    model, tokenizer = load_model(model_dir)
+    engine = get_engine(cfg.rollout.backend)(model, tokenizer, batch_size=cfg.judge.batch_size)
+    params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
+    total = sum(len(t.steps) for t in trajectories) * cfg.judge.m
+    with progress_bar(total, desc) as bar:
+        return judge_trajectories(engine, tokenizer, trajectories, cfg.judge.m, params,
+                                  cfg.rollout.history_turns, progress=bar.update)
+
+
+@task(name="judge", **STAGE)
+@resumable("judge")
+def judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """m judge samples for every step of every trajectory; p₊/p₋ against the oracle labels."""
+    trajectories = read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
+    judged, metrics = judge_all(cfg, trajectories, paths.model_dir(k, "judge"), stage_seed(cfg, k, "judge"),
+                                f"judge {k}")
+    write_records(out / "judged.jsonl", judged)
+    return {"metrics": {f"judge/train_{name}": value for name, value in metrics.items()}}
+
+
+@task(name="adapt", **STAGE)
+@resumable("adapt")
+def adapt_environment(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """Validate last iteration's candidates, then propose rewrites for tasks outside the band."""
+    store = TaskStore.load(paths.store_dir(k))
+    trajectories = read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
+    judged = read_records(paths.stage(k, "judge") / "judged.jsonl", JudgedStep)
+    env = cfg.environment
+    rewrite = make_rewrite(cfg, paths) if env.adapt else None
+    new_store, report, metrics = adapt(store, trajectories, judged, k, env.alpha_low, env.alpha_high, rewrite,
+                                       env.rewriter, random.Random(stage_seed(cfg, k, "adapt")))
+    new_store.save(out / "store")
+    write_json(out / "report.json", vars(report))
+    write_json(out / "diff.json", store.diff(new_store))
+    counts = {f"env/{name}": float(value) for name, value in new_store.counts().items()}
+    return {"metrics": {**metrics, **counts}, "rejected": report.rejected}
+
+
+@task(name="build-data", **STAGE)
+@resumable("data")
+def build_data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """Policy samples (mixed-outcome tasks) and judge samples (in-band tasks); rejected candidates excluded."""
+    rejected = set(read_json(paths.stage(k, "adapt") / "report.json")["rejected"])
+    trajectories = [t for t in read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
+                    if t.task_id not in rejected]
+    judged = [j for j in read_records(paths.stage(k, "judge") / "judged.jsonl", JudgedStep)
+              if j.task_id not in rejected]
+    policy, policy_metrics = policy_samples(trajectories, judged, cfg.reward.step_weight)
+    judge_data, judge_metrics = judge_samples(trajectories, judged, cfg.reward.step_weight,
+                                              cfg.environment.alpha_low, cfg.environment.alpha_high)
+    write_records(out / "policy.jsonl", policy)
+    write_records(out / "judge.jsonl", judge_data)
+    return {"metrics": {f"data/{n}": v for n, v in {**policy_metrics, **judge_metrics}.items()}}
+
+
+def load_batch(paths: RunPaths, k: int, role: str) -> list[TrainingSample]:
+    return read_records(paths.stage(k, "data") / f"{role}.jsonl", TrainingSample)

@@ -1,0 +1,47 @@
+"""Builds the rewrite callable the adaptation stage uses, from the configured rewriter.
+
+The "llm" rewriter samples from the environment model (a local HF directory, or the tiny one built
+at set-up); both rewriters go through the environment family's validation and the same acceptance.
+"""
+from __future__ import annotations
+
+import random
+
+from rla_core.adaptation.cycle import Rewrite
+from rla_core.adaptation.rewriters import get_rewriter
+from rla_core.config import Config
+from rla_core.envs.base import get_environment
+from rla_core.rollout.base import SamplingParams, get_engine
+from rla_core.schemas import Task
+from tasks.common import load_model
+from tasks.paths import RunPaths
+
+LLM_MAX_NEW_TOKENS = 384
+
+
+def _llm_generate(cfg: Config, paths: RunPaths):
+    model_dir = cfg.models.environment.path or paths.init_models / "environment"
+    model, tokenizer = load_model(model_dir)
+    engine = get_engine(cfg.rollout.backend)(model, tokenizer, batch_size=8)
+
+    def generate(prompts: list[str]) -> list[str]:
+        ids = tokenizer(prompts)["input_ids"]
+        params = SamplingParams(LLM_MAX_NEW_TOKENS, temperature=1.0, seed=cfg.run.seed)
+        return [g.text for g in engine.generate(ids, params)]
+
+    return generate
+
+
+def make_rewrite(cfg: Config, paths: RunPaths) -> Rewrite:
+    env = cfg.environment
+    generate = _llm_generate(cfg, paths) if env.rewriter == "llm" else None
+    rewriter = get_rewriter(env.rewriter, generate=generate)
+    family = get_environment(env.name)
+
+    def rewrite(task: Task, direction: str, feedback: str, rng: random.Random) -> tuple[Task | None, list[str]]:
+        candidate, _, attempts = rewriter.rewrite(task, direction, feedback, env.attempts, rng, family)
+        log = [f"{task.task_id} {direction} attempt {a.attempt}: "
+               + (f"ok ({a.reason})" if a.ok else f"failed ({a.error})") for a in attempts]
+        return candidate, log
+
+    return rewrite

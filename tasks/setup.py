@@ -1,0 +1,128 @@
+"""Prefect tasks that prepare a run: seed task store + held-out set, tiny models, supervised warm-start."""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from rla_core.adaptation.rewriters import spec_hash
+from rla_core.adaptation.store import TaskStore
+from rla_core.bootstrap import balance, judge_pairs, oracle_walk, policy_pairs
+from rla_core.config import Config
+from rla_core.envs.base import EnvironmentFamily, get_environment
+from rla_core.models.factory import build_or_load, save_pretrained
+from rla_core.models.tokenizer import train_tokenizer
+from rla_core.schemas import Task
+from rla_core.training.sft import supervised_finetune
+from tasks.common import load_model
+from tasks.paths import RunPaths, run_config
+from tasks.storage import is_done, mark_done, read_records, write_records
+
+SETUP = dict(cache_policy=NO_CACHE, persist_result=False)
+WALK_NOISE = 0.25  # random actions in policy demonstrations, so the policy sees recovery states
+
+
+@dataclass(frozen=True)
+class Pair:
+    prompt_ids: list[int]
+    response_ids: list[int]
+
+
+def generate_tasks(family: EnvironmentFamily, knobs: dict, count: int, rng: random.Random, prefix: str,
+                   exclude: set[str]) -> list[Task]:
+    """`count` distinct valid tasks whose spec hashes are not in `exclude`."""
+    tasks, seen = [], set(exclude)
+    while len(tasks) < count:
+        spec = family.validate(family.generate(knobs, rng))
+        digest = spec_hash(spec)
+        if digest in seen:
+            continue
+        seen.add(digest)
+        slot = f"{prefix}{len(tasks):04d}"
+        tasks.append(Task(task_id=f"{slot}-v0-{digest}", slot_id=slot, env=family.name, spec=spec,
+                          difficulty=family.difficulty(spec)))
+    return tasks
+
+
+@task(name="seed-tasks", **SETUP)
+def seed_tasks(run_dir: str) -> dict:
+    """The seed task store (train slots) and the held-out tasks, disjoint by spec."""
+    paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
+    if is_done(paths.seed_store.parent):
+        return {"resumed": True}
+    family = get_environment(cfg.environment.name)
+    knobs = cfg.environment.knobs
+    train = generate_tasks(family, knobs, cfg.environment.train_slots, random.Random(f"{cfg.run.seed}/train"),
+                           "slot", set())
+    heldout = generate_tasks(family, knobs, cfg.environment.heldout_tasks,
+                             random.Random(f"{cfg.run.seed}/heldout"), "heldout",
+                             {t.task_id.rsplit("-", 1)[1] for t in train})
+    TaskStore.from_seed(train).save(paths.seed_store)
+    write_records(paths.heldout, heldout)
+    mark_done(paths.seed_store.parent, {"train": len(train), "heldout": len(heldout)})
+    return {"train": len(train), "heldout": len(heldout)}
+
+
+def demo_walks(cfg: Config, paths: RunPaths, count: int, noise: float, stream: str) -> list:
+    """Oracle walks on fresh tasks that share no spec with the held-out set."""
+    family = get_environment(cfg.environment.name)
+    heldout = {t.task_id.rsplit("-", 1)[1] for t in read_records(paths.heldout, Task)}
+    rng = random.Random(f"{cfg.run.seed}/{stream}")
+    tasks = generate_tasks(family, cfg.environment.knobs, count, rng, "demo", heldout)
+    return [oracle_walk(family, t, noise, rng) for t in tasks]
+
+
+@task(name="init-models", **SETUP)
+def init_models(run_dir: str) -> dict:
+    """Train the tokenizer on game text, build the tiny policy, judge and environment models."""
+    paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
+    if is_done(paths.init_models):
+        return {"resumed": True}
+    walks = demo_walks(cfg, paths, 200, 0.5, "corpus")
+    keep = cfg.rollout.history_turns
+    texts = [p + t for p, t in policy_pairs(walks, keep) + judge_pairs(walks, keep)]
+    family = get_environment(cfg.environment.name)
+    texts += [json.dumps(family.generate(cfg.environment.knobs, random.Random(i))) for i in range(50)]
+    tokenizer = train_tokenizer(texts, cfg.models.vocab_size)
+    summary = {"vocab": len(tokenizer)}
+    for offset, role in enumerate(("policy", "judge", "environment")):
+        model, tok = build_or_load(getattr(cfg.models, role), tokenizer, cfg.run.seed + offset)
+        save_pretrained(model, tok, paths.init_models / role)
+        summary[f"{role}_params"] = sum(p.numel() for p in model.parameters())
+    mark_done(paths.init_models, summary)
+    return summary
+
+
+def tokenize_pairs(tokenizer, pairs: list[tuple[str, str]]) -> list[Pair]:
+    prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+    targets = tokenizer([t for _, t in pairs], add_special_tokens=False)["input_ids"]
+    return [Pair(p, t + [tokenizer.eos_token_id]) for p, t in zip(prompts, targets)]
+
+
+@task(name="bootstrap", **SETUP)
+def bootstrap(run_dir: str) -> dict:
+    """Supervised warm-start: policy on oracle demonstrations, judge on oracle step labels."""
+    paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
+    if is_done(paths.bootstrap):
+        return {"resumed": True}
+    boot, keep = cfg.bootstrap, cfg.rollout.history_turns
+    summary: dict[str, float] = {}
+    jobs = {
+        "policy": (policy_pairs(demo_walks(cfg, paths, boot.demos, WALK_NOISE, "demos"), keep), boot.policy_steps),
+        "judge": (balance(judge_pairs(demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels"), keep),
+                          random.Random(cfg.run.seed)), boot.judge_steps),
+    }
+    for role, (pairs, steps) in jobs.items():
+        model, tokenizer = load_model(paths.init_models / role)
+        model.train()
+        metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
+                                      batch_size=boot.batch_size, lr=boot.lr, seed=cfg.run.seed,
+                                      desc=f"bootstrap {role}")
+        save_pretrained(model, tokenizer, paths.bootstrap / role)
+        summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
+    mark_done(paths.bootstrap, summary)
+    return summary

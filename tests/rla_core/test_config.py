@@ -1,0 +1,49 @@
+import pytest
+
+from rla_core.config import Config, ConfigError, load_config
+
+
+def test_defaults_load_and_match_the_model_defaults():
+    cfg = load_config()
+    assert cfg == Config()
+    assert cfg.reward.step_weight == 1.0 and cfg.judge.train and cfg.environment.adapt
+
+
+def test_yaml_then_set_overrides_apply_in_order(tmp_path):
+    path = tmp_path / "a.yaml"
+    path.write_text("rollout:\n  n: 4\nreward:\n  step_weight: 0.5\n")
+    cfg = load_config([path], ["rollout.n=8", "judge.train=false"])
+    assert cfg.rollout.n == 8
+    assert cfg.reward.step_weight == 0.5
+    assert cfg.judge.train is False
+
+
+def test_unknown_key_names_the_key(tmp_path):
+    with pytest.raises(ConfigError, match="rollout.nn"):
+        load_config(overrides=["rollout.nn=3"])
+    path = tmp_path / "bad.yaml"
+    path.write_text("environmnet:\n  adapt: false\n")
+    with pytest.raises(ConfigError, match="environmnet"):
+        load_config([path])
+
+
+def test_bad_value_names_the_key_and_value():
+    with pytest.raises(ConfigError, match=r"rollout\.n.*-1"):
+        load_config(overrides=["rollout.n=-1"])
+    with pytest.raises(ConfigError, match="train.reference"):
+        load_config(overrides=["train.reference=newest"])
+
+
+def test_band_must_be_ordered():
+    with pytest.raises(ConfigError, match="alpha_low"):
+        load_config(overrides=["environment.alpha_low=0.9"])
+
+
+def test_override_without_equals_sign_is_rejected():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_config(overrides=["rollout.n"])
+
+
+def test_missing_file_is_reported(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config([tmp_path / "nope.yaml"])
