@@ -1,0 +1,96 @@
+"""Critic feedback for the environment model (DESIGN §2.2 step 5).
+
+From the failed trajectories of one task, collect the steps that ALL m judge samples rejected
+(verdict −1), with the action taken and the judge's rationale (its text before `\\boxed`), and
+summarise them: repeated actions are counted, the most frequent ones are listed first, the text is
+capped. The output is deterministic for the same input.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rla_core.schemas import JudgedStep, Trajectory
+
+NO_ACTION = "<no valid action>"
+_SPACES = re.compile(r"\s+")
+
+
+def judge_rationale(text: str, max_chars: int = 160) -> str:
+    """The judge's rationale: its text before the first `\\boxed`, whitespace collapsed, capped."""
+    head = text.split("\\boxed", 1)[0]
+    head = _SPACES.sub(" ", head).strip()
+    return head if len(head) <= max_chars else head[: max_chars - 3].rstrip() + "..."
+
+
+@dataclass
+class _ActionSummary:
+    count: int = 0
+    runs: set[int] = field(default_factory=set)
+    rationales: Counter[str] = field(default_factory=Counter)
+
+
+def _rejected_steps(
+    failed: Sequence[Trajectory], judged: dict[tuple[int, int], JudgedStep], max_rationale_chars: int
+) -> dict[str, _ActionSummary]:
+    """action -> summary over the steps of failed runs that every judge sample rejected (input order)."""
+    summaries: dict[str, _ActionSummary] = {}
+    for trajectory in failed:
+        for step in sorted(trajectory.steps, key=lambda s: s.index):
+            verdicts = judged.get((trajectory.sample_index, step.index))
+            if verdicts is None or not verdicts.samples:
+                continue
+            if any(sample.verdict != -1 for sample in verdicts.samples):
+                continue
+            summary = summaries.setdefault(step.action or NO_ACTION, _ActionSummary())
+            summary.count += 1
+            summary.runs.add(trajectory.sample_index)
+            for sample in verdicts.samples:
+                rationale = judge_rationale(sample.text, max_rationale_chars)
+                if rationale:
+                    summary.rationales[rationale] += 1
+    return summaries
+
+
+def critic_feedback(
+    trajectories: Iterable[Trajectory],
+    judged: Iterable[JudgedStep],
+    max_lines: int = 8,
+    max_chars: int = 1500,
+    max_rationale_chars: int = 160,
+) -> str:
+    """A short text summary of what went wrong in the failed trajectories of ONE task.
+
+    One line per distinct action that every judge sample rejected in some failed run, ordered by how
+    often it was rejected (ties: first occurrence by sample_index, step_index), at most `max_lines`
+    lines, with the judge's most frequent rationale for it; the whole text is cut at `max_chars`.
+    Judged steps of other tasks are ignored; trajectories of several tasks raise.
+    """
+    trajectories = sorted(trajectories, key=lambda t: t.sample_index)
+    task_ids = {t.task_id for t in trajectories}
+    if len(task_ids) > 1:
+        raise ValueError(f"critic_feedback takes the trajectories of one task, got {sorted(task_ids)}")
+    failed = [t for t in trajectories if not t.success]
+    if not failed:
+        return "No failed trajectories."
+    task_id = next(iter(task_ids))
+    table = {(j.sample_index, j.step_index): j for j in judged if j.task_id == task_id}
+    summaries = _rejected_steps(failed, table, max_rationale_chars)
+    header = f"Failed trajectories: {len(failed)} of {len(trajectories)}."
+    if not summaries:
+        return header + " No step was rejected by every judge sample."
+    n_steps = sum(s.count for s in summaries.values())
+    lines = [header + f" Steps rejected by every judge sample: {n_steps} ({len(summaries)} distinct actions)."]
+    ranked = sorted(summaries.items(), key=lambda item: -item[1].count)  # stable: ties keep first occurrence
+    for action, summary in ranked[:max_lines]:
+        runs = len(summary.runs)
+        line = f'- "{action}" rejected {summary.count}x in {runs} failed run{"s" if runs != 1 else ""}'
+        if summary.rationales:
+            line += f'; judge: "{summary.rationales.most_common(1)[0][0]}"'
+        lines.append(line)
+    if len(ranked) > max_lines:
+        lines.append(f"({len(ranked) - max_lines} more rejected actions not shown)")
+    text = "\n".join(lines)
+    return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."

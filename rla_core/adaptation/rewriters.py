@@ -1,0 +1,216 @@
+"""Rewriters: the environment model E that proposes a harder or easier version of a task
+(DESIGN §2.2 step 5), registered by name.
+
+Each rewriter makes up to A attempts; the first that passes structural validation (`family.validate`:
+parses, fits the schema, solvable by the oracle) and differs from the current spec becomes the
+candidate. Candidates get a deterministic id `f"{slot_id}-v{version}-{spec_hash}"`, version + 1 and
+`difficulty = family.difficulty(spec)`.
+
+- "procedural": `family.adjust(spec, direction, feedback, rng)` turns one difficulty knob.
+- "llm": prompts a generator with the spec, the family's schema, the direction and the critic
+  feedback, and parses the first JSON object of each answer. All A prompts go to the generator in one
+  call (one batched generate), then the answers are checked in order.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from rla_core.envs.base import EnvironmentFamily, SpecError
+from rla_core.schemas import Direction, Task
+
+Generate = Callable[[list[str]], list[str]]
+
+
+class RewriteAttempt(BaseModel):
+    """One attempt of one rewrite, for the attempts log (an artifact, not a training input)."""
+
+    attempt: int
+    ok: bool
+    reason: str = ""  # the rewriter's reason (procedural) when ok
+    error: str = ""  # why the attempt failed validation
+    raw: str = ""  # the generator's text (llm), capped
+
+
+RewriteResult = tuple[Task | None, dict[str, float], list[RewriteAttempt]]
+
+
+class Rewriter(Protocol):
+    name: str
+
+    def rewrite(
+        self,
+        task: Task,
+        direction: Direction,
+        feedback: str,
+        attempts: int,
+        rng: random.Random,
+        family: EnvironmentFamily,
+    ) -> RewriteResult:
+        """(candidate or None, metrics, attempts log)."""
+
+
+# ---------------------------------------------------------------- shared helpers
+def spec_hash(spec: dict[str, Any]) -> str:
+    """First 8 hex digits of sha256 over the canonical JSON of the spec (sorted keys, no spaces)."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:8]
+
+
+def candidate_task(parent: Task, spec: dict[str, Any], family: EnvironmentFamily) -> Task:
+    """The rewritten task: same slot and env, version + 1, deterministic id, family difficulty."""
+    version = parent.version + 1
+    return Task(
+        task_id=f"{parent.slot_id}-v{version}-{spec_hash(spec)}",
+        slot_id=parent.slot_id,
+        env=parent.env,
+        spec=spec,
+        difficulty=float(family.difficulty(spec)),
+        version=version,
+    )
+
+
+def _result(
+    parent: Task, candidate: Task | None, log: list[RewriteAttempt]
+) -> RewriteResult:
+    metrics = {"rewrite_attempts": float(len(log)), "rewrite_ok": float(candidate is not None)}
+    metrics["difficulty_before"] = float(parent.difficulty)
+    if candidate is not None:
+        metrics["difficulty_after"] = candidate.difficulty
+        metrics["difficulty_delta"] = candidate.difficulty - float(parent.difficulty)
+    return candidate, metrics, log
+
+
+def _check_attempts(attempts: int) -> None:
+    if attempts <= 0:
+        raise ValueError(f"attempts must be > 0, got {attempts}")
+
+
+# ---------------------------------------------------------------- procedural
+class ProceduralRewriter:
+    """Turns one difficulty knob with the family's own `adjust`."""
+
+    name = "procedural"
+
+    def rewrite(
+        self,
+        task: Task,
+        direction: Direction,
+        feedback: str,
+        attempts: int,
+        rng: random.Random,
+        family: EnvironmentFamily,
+    ) -> RewriteResult:
+        _check_attempts(attempts)
+        log: list[RewriteAttempt] = []
+        for attempt in range(attempts):
+            try:
+                spec, reason = family.adjust(task.spec, direction, feedback, rng)
+                spec = family.validate(spec)
+            except SpecError as err:
+                log.append(RewriteAttempt(attempt=attempt, ok=False, error=f"SpecError: {err}"))
+                continue
+            if spec == task.spec:
+                log.append(RewriteAttempt(attempt=attempt, ok=False, error="unchanged spec"))
+                continue
+            log.append(RewriteAttempt(attempt=attempt, ok=True, reason=reason))
+            return _result(task, candidate_task(task, spec, family), log)
+        return _result(task, None, log)
+
+
+# ---------------------------------------------------------------- llm
+def build_rewrite_prompt(task: Task, direction: Direction, feedback: str, schema: str) -> str:
+    """The environment model's prompt: current spec, schema, goal of the rewrite, critic feedback."""
+    spec = json.dumps(task.spec, sort_keys=True)
+    return (
+        "You rewrite tasks for a text environment so that they suit the current agent.\n"
+        f"Schema of a task spec:\n{schema}\n\n"
+        f"Current task spec (JSON):\n{spec}\n\n"
+        f"The agent finds this task too {'easy' if direction == 'harder' else 'hard'}. "
+        f"Write a {direction} version of it that is still solvable.\n"
+        f"What went wrong in the agent's failed attempts:\n{feedback or '(none)'}\n\n"
+        "Answer with the new task spec as one JSON object.\n"
+    )
+
+
+def first_json_object(text: str) -> dict[str, Any]:
+    """The first `{...}` in `text` that decodes as a JSON object; ValueError when there is none."""
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, dict):
+            return value
+        start = text.find("{", start + 1)
+    raise ValueError("no JSON object in the text")
+
+
+class LLMRewriter:
+    """Asks a generator (e.g. the environment LM's rollout engine) for a rewritten spec."""
+
+    name = "llm"
+
+    def __init__(self, generate: Generate, max_raw_chars: int = 2000):
+        self.generate = generate
+        self.max_raw_chars = max_raw_chars
+
+    def rewrite(
+        self,
+        task: Task,
+        direction: Direction,
+        feedback: str,
+        attempts: int,
+        rng: random.Random,  # unused: sampling randomness lives in the generator
+        family: EnvironmentFamily,
+    ) -> RewriteResult:
+        _check_attempts(attempts)
+        prompt = build_rewrite_prompt(task, direction, feedback, family.describe_schema())
+        answers = self.generate([prompt] * attempts)
+        if len(answers) != attempts:
+            raise ValueError(f"generate returned {len(answers)} answers for {attempts} prompts")
+        log: list[RewriteAttempt] = []
+        for attempt, text in enumerate(answers):
+            raw = text[: self.max_raw_chars]
+            try:
+                spec = family.validate(first_json_object(text))
+            # Generated text is untrusted: any malformed spec is a failed attempt, not a crash.
+            except (ValueError, TypeError, KeyError) as err:
+                log.append(RewriteAttempt(attempt=attempt, ok=False, error=f"{type(err).__name__}: {err}", raw=raw))
+                continue
+            if spec == task.spec:
+                log.append(RewriteAttempt(attempt=attempt, ok=False, error="unchanged spec", raw=raw))
+                continue
+            log.append(RewriteAttempt(attempt=attempt, ok=True, reason="llm rewrite", raw=raw))
+            return _result(task, candidate_task(task, spec, family), log)
+        return _result(task, None, log)
+
+
+# ---------------------------------------------------------------- registry
+def _make_procedural(generate: Generate | None = None) -> Rewriter:
+    return ProceduralRewriter()
+
+
+def _make_llm(generate: Generate | None = None) -> Rewriter:
+    if generate is None:
+        raise ValueError("the 'llm' rewriter needs a generate(prompts) -> texts callable")
+    return LLMRewriter(generate)
+
+
+REWRITERS: dict[str, Callable[..., Rewriter]] = {"procedural": _make_procedural, "llm": _make_llm}
+
+
+def get_rewriter(name: str, generate: Generate | None = None) -> Rewriter:
+    """The rewriter registered as `name`; `generate` is required by "llm" and ignored otherwise."""
+    try:
+        factory = REWRITERS[name]
+    except KeyError:
+        raise KeyError(f"unknown rewriter '{name}'; valid: {sorted(REWRITERS)}") from None
+    return factory(generate=generate)
