@@ -1,0 +1,1 @@
+"""Text environments: the interface and registry (base) and the built-in families (household)."""

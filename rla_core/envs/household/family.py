@@ -1,0 +1,85 @@
+"""The `household` environment family: validate, make, generate, difficulty, knobs, adjust, schema."""
+from __future__ import annotations
+
+import functools
+import json
+import random
+from typing import Any
+
+from rla_core.envs.base import SpecError
+from rla_core.envs.household import generator, rewriter
+from rla_core.envs.household.episode import HouseholdEpisode
+from rla_core.envs.household.oracle import INF, Oracle
+from rla_core.envs.household.spec import HouseholdSpec, parse_spec
+from rla_core.envs.household.world import Layout
+
+
+def initial_plan(spec: HouseholdSpec) -> list[str]:
+    """A shortest plan from the start of a parsed spec; SpecError if the goal is unreachable."""
+    layout = Layout(spec)
+    start = layout.initial_state()
+    if layout.is_won(start):
+        raise SpecError("the goal is already satisfied at the start")
+    oracle = Oracle(layout)
+    if oracle.distance(start) == INF:
+        raise SpecError(f"the goal '{layout.goal_text()}' cannot be reached from the start")
+    return oracle.plan(start)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(spec_json: str) -> tuple[Layout, Oracle]:
+    """Layout and oracle per distinct spec, so the N episodes of one task share the distance cache."""
+    layout = Layout(parse_spec(json.loads(spec_json)))
+    return layout, Oracle(layout)
+
+
+class HouseholdFamily:
+    """ALFWorld-like procedural household text game (see the package docstring)."""
+
+    name = "household"
+
+    def validate(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Normalised spec (defaults and knobs filled) or SpecError: schema, references, goal, solvability."""
+        parsed = parse_spec(spec)
+        plan = initial_plan(parsed)
+        if len(plan) > parsed.step_limit:
+            raise SpecError(
+                f"not solvable within step_limit={parsed.step_limit}: the shortest plan has {len(plan)} steps"
+            )
+        return parsed.model_dump()
+
+    def make(self, spec: dict[str, Any]) -> HouseholdEpisode:
+        """A fresh episode (schema and references are re-checked; solvability is not)."""
+        layout, oracle = _compiled(json.dumps(spec, sort_keys=True))
+        return HouseholdEpisode(layout, oracle)
+
+    def clear_cache(self) -> None:
+        """Forget the compiled layouts and oracle caches that `make` shares between episodes."""
+        _compiled.cache_clear()
+
+    def generate(self, knobs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+        return generator.generate(knobs, rng, self.validate)
+
+    def generate_from_seed(self, knobs: dict[str, Any], seed: int) -> dict[str, Any]:
+        """Regenerate exactly: generate_from_seed(spec['knobs'], spec['seed']) == spec."""
+        return generator.generate_from_seed(knobs, seed, self.validate)
+
+    def difficulty(self, spec: dict[str, Any]) -> float:
+        """The oracle's shortest-plan length from the start (number of commands)."""
+        return float(len(initial_plan(parse_spec(spec))))
+
+    def knobs_of(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The knobs the spec was generated with (derived from the layout when it has none)."""
+        return parse_spec(spec).knobs.model_dump()
+
+    def adjust(
+        self, spec: dict[str, Any], direction: str, feedback: str, rng: random.Random
+    ) -> tuple[dict[str, Any], str]:
+        """A freshly generated spec one knob harder/easier, the knob chosen from the critic feedback."""
+        return rewriter.adjust(self, spec, direction, feedback, rng)
+
+    def describe_schema(self) -> str:
+        return rewriter.SCHEMA_TEXT
+
+
+HOUSEHOLD = HouseholdFamily()

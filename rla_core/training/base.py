@@ -1,0 +1,87 @@
+"""The trainer interface (policy and judge alike) and the registry of backends by name.
+
+A backend is constructed as `Trainer(model, train_cfg, lr, optimizer_state_path)` and then
+`train(samples, reference_model, rng_seed)` runs the update of DESIGN §2.3 on those samples.
+Built-in backends register themselves when their module is imported; `get_trainer` imports them
+on first use, so importing this module stays light.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from rla_core.config import TrainConfig
+from rla_core.schemas import TrainingSample
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+# name → module that registers it; imported lazily so heavy engines load only when chosen.
+_BUILTIN_MODULES = {
+    "torch": "rla_core.training.torch_backend",
+}
+
+
+class Trainer(ABC):
+    """One model's optimiser across iterations: train on samples, save weights + optimiser state."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_cfg: TrainConfig,
+        lr: float,
+        optimizer_state_path: str | os.PathLike | None = None,
+    ) -> None:
+        self.model = model
+        self.train_cfg = train_cfg
+        self.lr = lr
+
+    @abstractmethod
+    def train(
+        self,
+        samples: Sequence[TrainingSample],
+        reference_model: torch.nn.Module | None = None,
+        rng_seed: int = 0,
+    ) -> dict[str, float]:
+        """Update the model on `samples`; metrics: loss, pg_loss, kl, clip_fraction, grad_norm,
+        samples, dropped_too_long, optimizer_steps."""
+
+    @abstractmethod
+    def save(
+        self, directory: str | os.PathLike, tokenizer: PreTrainedTokenizerBase | None = None
+    ) -> None:
+        """Write the model (HF format), optimizer.pt and, if given, the tokenizer, atomically."""
+
+    @abstractmethod
+    def load_optimizer(self, path: str | os.PathLike) -> None:
+        """Restore the optimiser state written by `save` (its optimizer.pt)."""
+
+
+TRAINERS: dict[str, type[Trainer]] = {}
+
+
+def register_trainer(name: str) -> Callable[[type[Trainer]], type[Trainer]]:
+    """Class decorator: make a Trainer subclass available as `get_trainer(name)`."""
+
+    def decorate(cls: type[Trainer]) -> type[Trainer]:
+        if name in TRAINERS and TRAINERS[name] is not cls:
+            raise ValueError(f"trainer backend '{name}' is already registered by {TRAINERS[name]}")
+        TRAINERS[name] = cls
+        return cls
+
+    return decorate
+
+
+def get_trainer(name: str) -> type[Trainer]:
+    """The Trainer class registered as `name`; the error lists every valid name."""
+    if name not in TRAINERS and name in _BUILTIN_MODULES:
+        importlib.import_module(_BUILTIN_MODULES[name])
+    if name not in TRAINERS:
+        valid = sorted(set(TRAINERS) | set(_BUILTIN_MODULES))
+        raise KeyError(f"unknown trainer backend '{name}' (train.backend); valid: {valid}")
+    return TRAINERS[name]

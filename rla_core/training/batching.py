@@ -1,0 +1,143 @@
+"""Collate (prompt_ids, response_ids[, advantage]) items into padded tensors; score them.
+
+Layout: each row is prompt_ids + response_ids, padded to the longest row. Everything a trainer needs
+about a sample (ids, masks, advantage) is built from the same item in the same pass, so a sample can
+never be paired with another sample's advantage. Log-prob tensors follow `rla_core.losses`: [B, T]
+aligned with input_ids, position t = log p(input_ids[t] | input_ids[:t]).
+
+Training pads on the RIGHT: with left padding the pad rows at the start of a sequence attend to
+nothing, which some attention kernels turn into NaN. Position ids are computed from the attention
+mask, so a sample's log-probs do not depend on its padding or on the other rows of its batch.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeVar
+
+import torch
+from torch import Tensor
+
+class SequencePair(Protocol):
+    """Anything with generated token ids: TrainingSample, or an SFT (prompt, response) pair."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+
+
+Pair = TypeVar("Pair", bound=SequencePair)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """input_ids/attention_mask/position_ids [B, T] long, response_mask [B, T] bool, advantages [B]."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    position_ids: Tensor
+    response_mask: Tensor
+    advantages: Tensor
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
+
+
+def collate(
+    items: Sequence[SequencePair],
+    pad_id: int = 0,
+    padding_side: Literal["left", "right"] = "right",
+) -> Batch:
+    """Pad prompt+response rows to one length; mark response tokens; carry each item's advantage.
+
+    Items without an `advantage` attribute (SFT pairs) get 0. Every prompt must be non-empty
+    (position 0 has no prediction, see `rla_core.losses`).
+    """
+    if not items:
+        raise ValueError("collate needs at least one item")
+    rows = [list(item.prompt_ids) + list(item.response_ids) for item in items]
+    width = max(len(row) for row in rows)
+    shape = (len(rows), width)
+    input_ids = torch.full(shape, pad_id, dtype=torch.long)
+    attention_mask = torch.zeros(shape, dtype=torch.long)
+    response_mask = torch.zeros(shape, dtype=torch.bool)
+    for index, (item, row) in enumerate(zip(items, rows)):
+        if not item.prompt_ids:
+            raise ValueError("every item needs at least one prompt token")
+        start = width - len(row) if padding_side == "left" else 0
+        input_ids[index, start : start + len(row)] = torch.tensor(row, dtype=torch.long)
+        attention_mask[index, start : start + len(row)] = 1
+        response_mask[index, start + len(item.prompt_ids) : start + len(row)] = True
+    position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+    advantages = torch.tensor([float(getattr(item, "advantage", 0.0)) for item in items])
+    return Batch(input_ids, attention_mask, position_ids, response_mask, advantages)
+
+
+def model_max_positions(model: torch.nn.Module) -> int | None:
+    """The longest sequence the model accepts (config.max_position_embeddings), None if unknown."""
+    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
+
+
+def drop_too_long(items: Sequence[Pair], max_positions: int | None) -> tuple[list[Pair], int]:
+    """(items whose prompt+response fit in `max_positions`, how many were dropped).
+
+    Dropping happens on whole items, before collating, so nothing positional can shift.
+    """
+    if max_positions is None:
+        return list(items), 0
+    kept = [item for item in items if len(item.prompt_ids) + len(item.response_ids) <= max_positions]
+    return kept, len(items) - len(kept)
+
+
+def chunked(items: Sequence[T], size: int) -> list[list[T]]:
+    """Consecutive disjoint chunks of `size` (the last may be shorter)."""
+    if size <= 0:
+        raise ValueError(f"chunk size must be > 0, got {size}")
+    return [list(items[start : start + size]) for start in range(0, len(items), size)]
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def forward_logprobs(model: torch.nn.Module, batch: Batch) -> Tensor:
+    """Per-token log-probs [B, T] of `batch` under `model` (0 outside the response); keeps grad."""
+    from rla_core.losses import sequence_logprobs
+
+    outputs = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+    )
+    return sequence_logprobs(outputs.logits, batch.input_ids, batch.response_mask)
+
+
+@torch.no_grad()
+def response_logprobs(
+    model: torch.nn.Module,
+    items: Sequence[SequencePair],
+    micro_batch_size: int,
+    pad_id: int = 0,
+) -> list[Tensor]:
+    """Log-probs of each item's response tokens under `model`, no grad: list of [n_i] tensors.
+
+    Runs in micro-batches of `micro_batch_size`; the result is in the order of `items`.
+    """
+    device = model_device(model)
+    out: list[Tensor] = []
+    for chunk in chunked(items, micro_batch_size):
+        batch = collate(chunk, pad_id).to(device)
+        token_logprobs = forward_logprobs(model, batch)
+        lengths = batch.response_mask.sum(dim=-1).tolist()
+        out.extend(token_logprobs[batch.response_mask].split(lengths))
+    return out
+
+
+def place_on_responses(values: Sequence[Tensor], response_mask: Tensor) -> Tensor:
+    """Inverse of `token_logprobs[response_mask].split(...)`: [B, T] with values[b] on row b's
+    response tokens (in order) and 0 elsewhere. values[b] has length response_mask[b].sum()."""
+    out = torch.zeros(response_mask.shape, dtype=values[0].dtype, device=response_mask.device)
+    # Boolean indexing walks rows in order, and each row's response tokens left to right.
+    out[response_mask] = torch.cat([value.to(response_mask.device) for value in values])
+    return out

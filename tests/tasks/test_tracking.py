@@ -1,0 +1,145 @@
+"""MLflow tracking: metrics/params read back from sqlite, nested runs, resume, model registry."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from rla_core.config import Config, TrackingConfig
+from rla_core.schemas import JudgedStep, JudgeSample, Step, Trajectory
+from tasks.tracking import RUN_ID_FILE, Tracker, flatten, format_samples, read_metrics, read_params
+
+
+@pytest.fixture(scope="module")
+def shared_uri(tmp_path_factory) -> str:
+    """One sqlite store for the tests that do not exercise the default location (creating a store
+    runs MLflow's migrations, ~3 s)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+def test_default_store_metrics_params_and_nested_runs(tmp_path):
+    run_dir = tmp_path / "runs" / "demo"
+    tracker = Tracker(run_dir)
+    assert tracker.tracking_uri == f"sqlite:///{run_dir.resolve()}/mlflow.db"
+    tracker.log_config(Config())
+    tracker.log_metrics({"reward/mean": 0.5, "acc": 1, "skip": "text", "flag": True}, step=1, iteration=1)
+    tracker.log_metrics({"reward/mean": 0.75}, step=2, iteration=2)
+    tracker.log_metrics({"eval:acc": 0.25}, step=2)  # no iteration: parent only; ':' is sanitised
+
+    assert (run_dir / "mlflow.db").is_file()
+    assert read_metrics(run_dir) == {"reward/mean": {1: 0.5, 2: 0.75}, "acc": {1: 1.0}, "eval_acc": {2: 0.25}}
+    params = read_params(run_dir)
+    assert params["rollout.n"] == str(Config().rollout.n)
+    assert params["tracking.mlflow_uri"] == "None"
+
+    child = tracker.iteration_run(2)
+    child_run = tracker.client.get_run(child)
+    assert child_run.data.tags["mlflow.parentRunId"] == tracker.run_id
+    assert child_run.info.run_name == "iter_0002"
+    assert read_metrics(child, tracker.tracking_uri) == {"reward/mean": {2: 0.75}}
+    assert "config.yaml" in [a.path for a in tracker.client.list_artifacts(tracker.run_id)]
+    # artifacts stay inside the run folder
+    assert child_run.info.artifact_uri.startswith((run_dir / "mlartifacts").resolve().as_uri())
+
+
+def test_resume_reattaches_parent_and_iteration_runs(tmp_path, shared_uri):
+    run_dir = tmp_path / "resume"
+    config = TrackingConfig(mlflow_uri=shared_uri, experiment="resume")
+    first = Tracker(run_dir, config)
+    first.log_params({"train": {"lr": 0.1}})
+    it1 = first.iteration_run(1)
+    first.log_metrics({"loss": 2.0}, step=1, iteration=1)
+    first.finish("FAILED")  # the training crashed
+
+    second = Tracker(run_dir, config)
+    assert second.run_id == first.run_id == (run_dir / RUN_ID_FILE).read_text().strip()
+    assert second.client.get_run(second.run_id).info.status == "FAILED"  # a handle changes nothing
+    second.start()
+    assert second.client.get_run(second.run_id).info.status == "RUNNING"
+    assert second.iteration_run(1) == it1
+    first.end_iteration(1, "FAILED")
+    assert second.start_iteration(1) == it1
+    assert second.client.get_run(it1).info.status == "RUNNING"
+    assert second.iteration_run(2) != it1
+    # a changed param does not raise; it is kept as an override tag
+    assert second.log_params({"train": {"lr": 0.2, "steps": 3}}) == {"train.lr": "0.2"}
+    run = second.client.get_run(second.run_id)
+    assert run.data.params == {"train.lr": "0.1", "train.steps": "3"}
+    assert run.data.tags["override.train.lr"] == "0.2"
+    second.log_metrics({"loss": 1.0}, step=2, iteration=2)
+    second.end_iteration(2)
+    second.finish()
+    assert read_metrics(run_dir, shared_uri) == {"loss": {1: 2.0, 2: 1.0}}
+    assert second.client.get_run(second.iteration_run(2)).info.status == "FINISHED"
+    runs = second.client.search_runs([second.experiment_id])
+    assert len(runs) == 3  # parent + two iterations, nothing duplicated by the resume
+
+
+def test_stage_times_and_artifacts(tmp_path, shared_uri):
+    tracker = Tracker(tmp_path / "times", TrackingConfig(mlflow_uri=shared_uri, experiment="times"))
+    with tracker.timed("rollout", iteration=1):
+        pass
+    tracker.log_stage_time("judge", 1.5, iteration=1)
+    tracker.log_dict({"success": False, "advantage": math.nan, "max": math.inf}, "gates/policy.json", iteration=1)
+    tracker.log_text("hello\n", "samples/iter_0001.txt", iteration=1)
+    (tmp_path / "report.json").write_text("{}")
+    tracker.log_artifact(tmp_path / "report.json", "adapt", iteration=1)
+
+    child = tracker.iteration_run(1)
+    for run_id in (tracker.run_id, child):
+        metrics = read_metrics(run_id, shared_uri)
+        assert set(metrics) == {"time/rollout_s", "time/judge_s"}
+        assert metrics["time/judge_s"] == {1: 1.5}
+    local = Path(tracker.client.download_artifacts(child, "gates/policy.json", str(tmp_path / "dl")))
+    assert json.loads(local.read_text()) == {"success": False, "advantage": "nan", "max": "inf"}
+    names = {a.path for a in tracker.client.list_artifacts(child, "adapt")}
+    assert names == {"adapt/report.json"}
+
+
+def _tiny_checkpoint(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 16}))
+    (path / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+    (path / "optimizer.pt").write_bytes(b"optimizer state")
+    return path
+
+
+def test_register_checkpoint_tags_idempotent_and_download(tmp_path, shared_uri):
+    tracker = Tracker(tmp_path / "reg", TrackingConfig(mlflow_uri=shared_uri, experiment="reg"), run_name="demo")
+    model_dir = _tiny_checkpoint(tmp_path / "model")
+
+    info = tracker.register_checkpoint(model_dir, "rla-policy", iteration=1, data_version="abc123")
+    versions = tracker.client.search_model_versions("name = 'rla-policy'")
+    assert [v.version for v in versions] == [int(info["version"])]
+    assert versions[0].tags == {"run": "demo", "iteration": "1", "data_version": "abc123"}
+    assert versions[0].run_id == tracker.iteration_run(1)
+    # a resumed iteration does not register twice; a new data version does
+    assert tracker.register_checkpoint(model_dir, "rla-policy", iteration=1, data_version="abc123") == info
+    other = tracker.register_checkpoint(model_dir, "rla-policy", iteration=2, data_version="def456")
+    assert int(other["version"]) == int(info["version"]) + 1
+
+    restored = tracker.download_checkpoint("rla-policy", info["version"], tmp_path / "restored")
+    assert sorted(p.name for p in restored.iterdir()) == ["config.json", "model.safetensors"]  # no optimizer
+    assert (restored / "model.safetensors").read_bytes() == (model_dir / "model.safetensors").read_bytes()
+
+    off = Tracker(tmp_path / "reg", TrackingConfig(mlflow_uri=shared_uri, experiment="reg", register_models=False))
+    assert off.register_checkpoint(model_dir, "rla-policy", iteration=3) is None
+
+
+def test_flatten_and_format_samples():
+    assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": {}}) == {"a.b": "1", "a.c": "[1, 2]", "d": "{}"}
+    step = Step(
+        index=0, prompt_ids=[1], response_ids=[2], response_text="\\boxed{1}", action="go north", observation="ok"
+    )
+    trajectory = Trajectory(
+        task_id="t", slot_id="s", sample_index=0, goal="g", initial_observation="o", steps=[step], success=True
+    )
+    judged = JudgedStep(
+        task_id="t", sample_index=0, step_index=0,
+        samples=[JudgeSample(prompt_ids=[1], response_ids=[2], text="x", verdict=v) for v in (1, -1, 0)],
+    )
+    text = format_samples([trajectory], [judged])
+    assert "=== t #0 (success)" in text
+    assert "judge [1, -1, 0]" in text
