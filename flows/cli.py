@@ -30,11 +30,13 @@ def _parser() -> argparse.ArgumentParser:
                          help="YAML override file (repeatable, applied in order)")
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                          help="override one config key, e.g. --set rollout.n=8")
+        cmd.add_argument("--out", default=None, help="also write the command's JSON summary to this file")
         return cmd
 
     with_config("quickstart", "seed → bootstrap → a few iterations on CPU, then a before/after table")
     with_config("run", "run (or continue) the training flow of a config")
-    with_config("seed", "prepare the run: seed tasks, tiny models and the warm-start (DVC stage)")
+    with_config("seed", "seed tasks, held-out tasks, tokenizer and tiny models (DVC stage)")
+    with_config("bootstrap", "supervised warm-start of policy and judge + baseline evaluation (DVC stage)")
     evaluate = with_config("eval", "evaluate a run's latest (or given) policy and judge on held-out tasks")
     evaluate.add_argument("--iteration", type=int, default=None, help="default: the latest completed")
     ui = sub.add_parser("ui", help="start the MLflow UI for a run on 127.0.0.1")
@@ -49,13 +51,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "ui":
         return commands.ui(args.run, args.port)
     configs = args.config or ([str(QUICKSTART)] if args.command == "quickstart" else [])
-    if args.command in ("run", "seed", "eval") and not configs:
+    if args.command != "quickstart" and not configs:
         raise ValueError(f"rla {args.command} needs --config FILE")
     if args.command == "seed":
-        return commands.prepare(configs, args.overrides)
+        return commands.seed(configs, args.overrides, args.out)
+    if args.command == "bootstrap":
+        return commands.prepare(configs, args.overrides, args.out)
     if args.command == "eval":
-        return commands.evaluate(configs, args.overrides, args.iteration)
-    return commands.run(configs, args.overrides)
+        return commands.evaluate(configs, args.overrides, args.iteration, args.out)
+    return commands.run(configs, args.overrides, args.out)
 
 
 def main(argv: list[str] | None = None) -> int:

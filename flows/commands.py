@@ -10,7 +10,7 @@ from pathlib import Path
 from rla_core.config import ConfigError, load_config
 from rla_core.envs.base import SpecError
 from tasks.paths import RunPaths
-from tasks.storage import done_summary, is_done
+from tasks.storage import done_summary, is_done, write_text
 
 try:
     from tasks.gates import GateFailed
@@ -59,26 +59,42 @@ def summary_table(run_dir: str) -> str:
     return "\n".join(lines)
 
 
-def run(configs: list[str], overrides: list[str]) -> int:
+def _emit(summary: dict, out: str | None) -> None:
+    text = json.dumps(summary, indent=2, sort_keys=True, default=str)
+    if out:
+        write_text(out, text + "\n")
+    print(text)
+
+
+def run(configs: list[str], overrides: list[str], out: str | None = None) -> int:
     from flows.train import train
 
     result = train(configs, overrides)
+    if out:
+        _emit(result, out)
     print(summary_table(result["run_dir"]))
     print(f"\nrun folder: {result['run_dir']}   MLflow UI: rla ui --run {result['run_dir']}")
     return 0
 
 
-def prepare(configs: list[str], overrides: list[str]) -> int:
-    from flows.train import prepare
+def seed(configs: list[str], overrides: list[str], out: str | None = None) -> int:
+    from flows.train import seed as seed_flow
 
-    print(json.dumps(prepare(configs, overrides), indent=2, default=str))
+    _emit(seed_flow(configs, overrides), out)
     return 0
 
 
-def evaluate(configs: list[str], overrides: list[str], iteration: int | None) -> int:
+def prepare(configs: list[str], overrides: list[str], out: str | None = None) -> int:
+    from flows.train import prepare as prepare_flow
+
+    _emit(prepare_flow(configs, overrides), out)
+    return 0
+
+
+def evaluate(configs: list[str], overrides: list[str], iteration: int | None, out: str | None = None) -> int:
     from flows.train import evaluate_run
 
-    print(json.dumps(evaluate_run(configs, overrides, iteration), indent=2, sort_keys=True))
+    _emit(evaluate_run(configs, overrides, iteration), out)
     return 0
 
 

@@ -13,7 +13,7 @@ from flows.rl_iteration import rl_iteration
 from rla_core.config import Config, ConfigError, config_to_yaml, load_config
 from tasks.paths import RunPaths
 from tasks.setup import bootstrap, init_models, seed_tasks
-from tasks.storage import write_text
+from tasks.storage import done_summary, write_text
 from tasks.tracking_tasks import evaluate_baseline, evaluate_checkpoint, open_training_run
 
 
@@ -34,18 +34,30 @@ def prepare_run_dir(cfg: Config) -> str:
     return str(paths.root)
 
 
-def _prepare(cfg: Config) -> tuple[str, dict]:
+def _seed(cfg: Config) -> str:
     run_dir = prepare_run_dir(cfg)
     open_training_run(run_dir)
     seed_tasks(run_dir)
     init_models(run_dir)
+    return run_dir
+
+
+def _prepare(cfg: Config) -> tuple[str, dict]:
+    run_dir = _seed(cfg)
     bootstrap(run_dir)
     return run_dir, evaluate_baseline(run_dir)
 
 
+@flow(name="rla-seed", log_prints=True)
+def seed(config_files: list[str] | None = None, overrides: list[str] | None = None) -> dict:
+    """Seed task store + held-out tasks → tokenizer and tiny models."""
+    run_dir = _seed(load_config(config_files, overrides))
+    return {"run_dir": run_dir, **done_summary(RunPaths.of(run_dir).seed_store.parent)}
+
+
 @flow(name="rla-prepare", log_prints=True)
 def prepare(config_files: list[str] | None = None, overrides: list[str] | None = None) -> dict:
-    """Seed tasks → tiny models → supervised warm-start → baseline held-out evaluation."""
+    """Seed (skipped when done) → supervised warm-start → baseline held-out evaluation."""
     run_dir, baseline = _prepare(load_config(config_files, overrides))
     return {"run_dir": run_dir, "baseline": baseline}
 

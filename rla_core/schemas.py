@@ -14,7 +14,8 @@ Direction = Literal["harder", "easier"]
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN/inf are written as NaN/Infinity (not silently as null) so the data gates can see them.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 class Task(_Record):

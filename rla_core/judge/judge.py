@@ -81,8 +81,8 @@ def judge_trajectories(
             keys.append((trajectory, step))
             texts.append(text)
     prompt_ids = tokenizer(texts)["input_ids"] if texts else []
-    repeated = [ids for ids in prompt_ids for _ in range(m)]
-    generations = engine.generate(repeated, params, progress)
+    params = SamplingParams(params.max_new_tokens, params.temperature, params.seed, n=m)
+    generations = engine.generate(prompt_ids, params, progress)
     judged = []
     for n, (trajectory, step) in enumerate(keys):
         samples = [

@@ -14,6 +14,7 @@ class SamplingParams:
     max_new_tokens: int
     temperature: float = 1.0  # 0 = greedy
     seed: int = 0
+    n: int = 1  # samples per prompt; engines share the prompt's prefill across them
 
 
 @dataclass
@@ -27,7 +28,8 @@ class RolloutEngine(Protocol):
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, progress: Callable[[int], None] | None = None
     ) -> list[Generation]:
-        """One Generation per prompt, in order. `progress(n)` is called as prompts complete."""
+        """`params.n` Generations per prompt, grouped by prompt in prompt order (len = n·len(prompts)).
+        `progress(k)` is called with the number of generations just completed."""
 
     def load_weights(self, model: Any) -> None:
         """Make the engine sample from new weights (after a training update)."""

@@ -38,13 +38,17 @@ def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator) 
 @torch.no_grad()
 def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
                  generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
-    """Decode up to max_new_tokens for every prompt; returns (ids, logprobs) per prompt."""
+    """Decode up to max_new_tokens for params.n samples of every prompt; returns (ids, logprobs) per
+    sample, grouped by prompt. The prompt is prefilled once and its KV cache repeated n times."""
     ids, mask = left_pad(prompts, pad_id)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     cache, logits = out.past_key_values, out.logits[:, -1, :]
+    if params.n > 1:
+        cache.batch_repeat_interleave(params.n)
+        logits, mask, positions = (t.repeat_interleave(params.n, dim=0) for t in (logits, mask, positions))
     next_pos = positions[:, -1] + 1
-    finished = torch.zeros(len(prompts), dtype=torch.bool)
+    finished = torch.zeros(len(prompts) * params.n, dtype=torch.bool)
     tokens: list[torch.Tensor] = []
     token_logprobs: list[torch.Tensor] = []
     for _ in range(params.max_new_tokens):
@@ -94,17 +98,18 @@ class TransformersEngine:
         eos_id, pad_id = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         # Sort by length so each chunk pads little; results are put back in the callers' order.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        results: list[Generation | None] = [None] * len(prompts)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
+        per_chunk = max(1, self.batch_size // params.n)  # batch_size counts sequences being decoded
+        results: list[list[Generation]] = [[] for _ in prompts]
+        for start in range(0, len(order), per_chunk):
+            chunk = order[start:start + per_chunk]
             decoded = sample_batch(self.model, [prompts[i] for i in chunk], params, eos_id, pad_id, generator)
-            for index, (ids, logprobs) in zip(chunk, decoded):
+            for row, (ids, logprobs) in enumerate(decoded):
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                results[index] = Generation(token_ids=ids, text=text, logprobs=logprobs)
+                results[chunk[row // params.n]].append(Generation(token_ids=ids, text=text, logprobs=logprobs))
             if progress is not None:
-                progress(len(chunk))
+                progress(len(decoded))
         self.model.train(was_training)
-        return [r for r in results if r is not None]
+        return [g for group in results for g in group]
 
 
 @register_engine("transformers")

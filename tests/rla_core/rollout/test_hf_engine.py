@@ -55,3 +55,15 @@ def test_unknown_backend_lists_valid_names():
 
     with pytest.raises(KeyError, match="transformers"):
         get_engine("nope")
+
+
+def test_n_samples_share_the_prefill_and_group_by_prompt():
+    engine, tokenizer = _engine(batch_size=4)
+    prompts = [tokenizer(t)["input_ids"] for t in ["go to", "take apple 1 from countertop", "open"]]
+    single = engine.generate(prompts, SamplingParams(5, 0.0, seed=0))
+    tripled = engine.generate(prompts, SamplingParams(5, 0.0, seed=0, n=3))
+    assert len(tripled) == 9
+    for i, generation in enumerate(single):
+        assert all(g.token_ids == generation.token_ids for g in tripled[3 * i:3 * i + 3])
+    sampled = engine.generate(prompts, SamplingParams(5, 1.0, seed=1, n=3))
+    assert len(sampled) == 9 and all(g.token_ids for g in sampled)
