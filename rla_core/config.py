@@ -90,8 +90,8 @@ class RewardConfig(_Section):
 
 class TrainConfig(_Section):
     backend: str = "torch"
-    lr: float = Field(2e-4, gt=0)
-    judge_lr: float = Field(1e-4, gt=0)
+    lr: float = Field(5e-4, gt=0)
+    judge_lr: float = Field(2e-4, gt=0)
     clip_eps: float = Field(0.2, gt=0, description="ε")
     kl_beta: float = Field(0.01, ge=0, description="β")
     reference: Literal["old", "initial"] = "old"
@@ -104,8 +104,8 @@ class TrainConfig(_Section):
 
 class BootstrapConfig(_Section):
     demos: int = Field(600, ge=0, description="oracle demonstration episodes for the policy warm-start")
-    policy_steps: int = Field(250, ge=0)
-    judge_steps: int = Field(200, ge=0)
+    policy_steps: int = Field(300, ge=0)
+    judge_steps: int = Field(150, ge=0)
     batch_size: int = Field(32, gt=0)
     lr: float = Field(1e-3, gt=0)
     bad_action_rate: float = Field(0.35, ge=0, le=1, description="random actions mixed into judge data")
@@ -114,6 +114,7 @@ class BootstrapConfig(_Section):
 class EvalConfig(_Section):
     episodes_per_task: int = Field(1, gt=0)
     temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    judge_m: int = Field(1, gt=0, description="judge samples per held-out step (p+/p- are per sample)")
 
 
 class TrackingConfig(_Section):

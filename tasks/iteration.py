@@ -63,13 +63,15 @@ def rollout(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 
 
 def judge_all(cfg: Config, trajectories: list[Trajectory], model_dir: Path, seed: int,
-              desc: str) -> tuple[list[JudgedStep], dict[str, float]]:
+              desc: str, m: int | None = None) -> tuple[list[JudgedStep], dict[str, float]]:
+    """m (default judge.m) judge samples of every step of every trajectory."""
+    m = m or cfg.judge.m
     model, tokenizer = load_model(model_dir)
     engine = get_engine(cfg.rollout.backend)(model, tokenizer, batch_size=cfg.judge.batch_size)
     params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
-    total = sum(len(t.steps) for t in trajectories) * cfg.judge.m
+    total = sum(len(t.steps) for t in trajectories) * m
     with progress_bar(total, desc) as bar:
-        return judge_trajectories(engine, tokenizer, trajectories, cfg.judge.m, params,
+        return judge_trajectories(engine, tokenizer, trajectories, m, params,
                                   cfg.rollout.history_turns, progress=bar.update)
 
 

@@ -72,9 +72,10 @@ class RunPaths:
         return self.bootstrap / role
 
     def store_dir(self, k: int) -> Path:
-        """The task store iteration k starts from: the previous iteration's adapted store."""
-        if k > 1 and is_done(self.stage(k - 1, "adapt")):
-            return self.stage(k - 1, "adapt") / "store"
+        """The task store iteration k starts from: the latest earlier adapted store, else the seed."""
+        for prev in range(k - 1, 0, -1):
+            if is_done(self.stage(prev, "adapt")):
+                return self.stage(prev, "adapt") / "store"
         return self.seed_store
 
     def rel(self, path: Path) -> str:

@@ -55,7 +55,7 @@ def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: P
     tasks = read_records(paths.heldout, Task)
     trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.episodes_per_task,
                                     cfg.eval.temperature, seed, "held-out eval")
-    judged, judge_metrics = judge_all(cfg, trajectories, judge_dir, seed, "held-out judge")
+    judged, judge_metrics = judge_all(cfg, trajectories, judge_dir, seed, "held-out judge", cfg.eval.judge_m)
     write_records(out / "heldout_trajectories.jsonl", trajectories)
     metrics = {f"heldout/{n}": v for n, v in rollout_metrics(trajectories).items()}
     metrics.update({f"heldout/judge_{n}": v for n, v in judge_metrics.items()})
