@@ -5,7 +5,6 @@ import json
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 from rla_core.config import ConfigError, load_config
 from rla_core.envs.base import SpecError
@@ -67,6 +66,7 @@ def _emit(summary: dict, out: str | None) -> None:
 
 
 def run(configs: list[str], overrides: list[str], out: str | None = None) -> int:
+    load_config(configs, overrides)  # a bad key fails here, before any flow or server starts
     from flows.train import train
 
     result = train(configs, overrides)
@@ -78,6 +78,7 @@ def run(configs: list[str], overrides: list[str], out: str | None = None) -> int
 
 
 def seed(configs: list[str], overrides: list[str], out: str | None = None) -> int:
+    load_config(configs, overrides)
     from flows.train import seed as seed_flow
 
     _emit(seed_flow(configs, overrides), out)
@@ -85,6 +86,7 @@ def seed(configs: list[str], overrides: list[str], out: str | None = None) -> in
 
 
 def prepare(configs: list[str], overrides: list[str], out: str | None = None) -> int:
+    load_config(configs, overrides)
     from flows.train import prepare as prepare_flow
 
     _emit(prepare_flow(configs, overrides), out)
@@ -92,6 +94,7 @@ def prepare(configs: list[str], overrides: list[str], out: str | None = None) ->
 
 
 def evaluate(configs: list[str], overrides: list[str], iteration: int | None, out: str | None = None) -> int:
+    load_config(configs, overrides)
     from flows.train import evaluate_run
 
     _emit(evaluate_run(configs, overrides, iteration), out)

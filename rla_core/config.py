@@ -42,7 +42,7 @@ class RunConfig(_Section):
     name: str = "quickstart"
     seed: int = 0
     output_dir: str = "runs"
-    iterations: int = Field(6, ge=0)
+    iterations: int = Field(5, ge=0)
     eval_every: int = Field(0, ge=0, description="evaluate held-out every k iterations; 0 = only at the end")
     torch_threads: int = Field(0, ge=0, description="0 = torch default")
 
@@ -67,12 +67,12 @@ class EnvironmentConfig(_Section):
 
 class RolloutConfig(_Section):
     backend: str = "transformers"
-    tasks_per_iteration: int = Field(16, gt=0, description="K active slots sampled per iteration")
+    tasks_per_iteration: int = Field(32, gt=0, description="K active slots sampled per iteration")
     n: int = Field(8, gt=0, description="N trajectories per task")
     max_steps: int = Field(12, gt=0, description="H: at most this many policy turns")
     temperature: float = Field(1.0, ge=0)
     max_new_tokens: int = Field(6, gt=0)
-    batch_size: int = Field(128, gt=0, description="episodes generated together")
+    batch_size: int = Field(256, gt=0, description="episodes generated together")
     history_turns: int = Field(3, ge=0, description="past turns shown in the prompt")
 
 
@@ -90,14 +90,14 @@ class RewardConfig(_Section):
 
 class TrainConfig(_Section):
     backend: str = "torch"
-    lr: float = Field(5e-4, gt=0)
+    lr: float = Field(3e-4, gt=0)
     judge_lr: float = Field(2e-4, gt=0)
     clip_eps: float = Field(0.2, gt=0, description="ε")
     kl_beta: float = Field(0.01, ge=0, description="β")
     reference: Literal["old", "initial"] = "old"
-    minibatch_size: int = Field(64, gt=0, description="samples per optimizer step")
-    micro_batch_size: int = Field(32, gt=0, description="samples per forward; GAS = ceil(mini/micro)")
-    max_optimizer_steps: int = Field(8, gt=0, description="cap on optimizer steps per model per iteration")
+    minibatch_size: int = Field(256, gt=0, description="samples per optimizer step")
+    micro_batch_size: int = Field(64, gt=0, description="samples per forward; GAS = ceil(mini/micro)")
+    max_optimizer_steps: int = Field(4, gt=0, description="cap on optimizer steps per model per iteration")
     grad_clip: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE

@@ -14,25 +14,15 @@ from typing import Iterable, TypeVar
 
 from pydantic import BaseModel
 
+from rla_core.fileio import atomic_write_text
+
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
 DONE_MARKER = "_DONE"
 
 
 def write_text(path: str | Path, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(path, text)
 
 
 def write_json(path: str | Path, data: object) -> Path:

@@ -10,13 +10,12 @@ atomically (temp file in the same folder + os.replace).
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rla_core.fileio import atomic_write_text
 from rla_core.schemas import PendingCandidate, Slot, Task, TaskRecordEvent
 
 SLOTS_FILE = "slots.jsonl"
@@ -197,9 +196,9 @@ class TaskStore:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         lines = "".join(slot.model_dump_json() + "\n" for slot in self._slots.values())
-        _atomic_write(directory / SLOTS_FILE, lines)
+        atomic_write_text(directory / SLOTS_FILE, lines)
         meta = {"format_version": FORMAT_VERSION, "counts": self.counts()}
-        _atomic_write(directory / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(directory / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return directory
 
     @classmethod
@@ -211,18 +210,3 @@ class TaskStore:
             raise ValueError(f"{directory / META_FILE}: format_version {meta.get('format_version')} != {FORMAT_VERSION}")
         text = (directory / SLOTS_FILE).read_text()
         return cls(Slot.model_validate_json(line) for line in text.splitlines() if line.strip())
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write to a temp file beside `path`, fsync, then os.replace: readers see old or new, never half."""
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise

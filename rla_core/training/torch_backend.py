@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 from pathlib import Path
 
 import torch
@@ -38,6 +39,7 @@ from rla_core.training.batching import (
 )
 
 OPTIMIZER_FILE = "optimizer.pt"
+Item = TypeVar("Item")
 _LOSS_METRICS = ("loss", "pg_loss", "kl", "clip_fraction", "ratio_mean")
 
 
@@ -99,11 +101,11 @@ class TorchTrainer(Trainer):
             ref = response_logprobs(reference_model, samples, micro, self.pad_id)
         return [ScoredSample(s, o, r) for s, o, r in zip(samples, old, ref, strict=True)]
 
-    def minibatches(self, scored: Sequence[ScoredSample], rng_seed: int) -> list[list[ScoredSample]]:
+    def minibatches(self, items: Sequence[Item], rng_seed: int) -> list[list[Item]]:
         """Shuffle with `rng_seed`, then disjoint mini-batches, at most max_optimizer_steps of them."""
         generator = torch.Generator().manual_seed(rng_seed)
-        order = torch.randperm(len(scored), generator=generator).tolist()
-        shuffled = [scored[index] for index in order]
+        order = torch.randperm(len(items), generator=generator).tolist()
+        shuffled = [items[index] for index in order]
         batches = chunked(shuffled, self.train_cfg.minibatch_size)
         return batches[: self.train_cfg.max_optimizer_steps]
 
@@ -161,8 +163,11 @@ class TorchTrainer(Trainer):
             return metrics
         # eval(): no dropout, so π_θ equals π_old exactly before the first step (ρ = 1).
         self.model.eval()
-        scored = self.score(kept, reference_model)
-        steps = [self.optimizer_step(batch) for batch in self.minibatches(scored, rng_seed)]
+        # Choose the mini-batches first and score only the samples they hold: log-probs of a sample
+        # do not depend on its batch, and samples beyond max_optimizer_steps would never be used.
+        batches = self.minibatches(kept, rng_seed)
+        scored = iter(self.score([s for batch in batches for s in batch], reference_model))
+        steps = [self.optimizer_step([next(scored) for _ in batch]) for batch in batches]
         for name in (*_LOSS_METRICS, "grad_norm"):
             metrics[name] = sum(step[name] for step in steps) / len(steps)
         metrics["optimizer_steps"] = float(len(steps))
