@@ -54,5 +54,5 @@ def load_model(path: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def progress_bar(total: int, desc: str) -> tqdm:
-    return tqdm(total=total, desc=desc, unit="ep", leave=False, dynamic_ncols=True, mininterval=1.0)
+def progress_bar(total: int, desc: str, unit: str = "episode") -> tqdm:
+    return tqdm(total=total, desc=desc, unit=unit, leave=False, dynamic_ncols=True, mininterval=1.0)

@@ -70,7 +70,7 @@ def judge_all(cfg: Config, trajectories: list[Trajectory], model_dir: Path, seed
     engine = get_engine(cfg.rollout.backend)(model, tokenizer, batch_size=cfg.judge.batch_size)
     params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
     total = sum(len(t.steps) for t in trajectories) * m
-    with progress_bar(total, desc) as bar:
+    with progress_bar(total, desc, unit="verdict") as bar:
         return judge_trajectories(engine, tokenizer, trajectories, m, params,
                                   cfg.rollout.history_turns, progress=bar.update)
 
