@@ -14,7 +14,7 @@ from rla_core.config import Config, ConfigError, config_to_yaml, load_config
 from tasks.paths import RunPaths
 from tasks.setup import bootstrap, init_models, seed_tasks
 from tasks.storage import done_summary, write_text
-from tasks.tracking_tasks import evaluate_baseline, evaluate_checkpoint, open_training_run
+from tasks.tracking_tasks import close_training_run, evaluate_baseline, evaluate_checkpoint, open_training_run
 
 
 def prepare_run_dir(cfg: Config) -> str:
@@ -69,9 +69,14 @@ def train(config_files: list[str] | None = None, overrides: list[str] | None = N
     run_dir, baseline = _prepare(cfg)
     paths = RunPaths.of(run_dir)
     per_iteration = {}
-    for k in range(1, cfg.run.iterations + 1):
-        if not paths.is_complete(k):
-            per_iteration[k] = rl_iteration(run_dir, k)
+    try:
+        for k in range(1, cfg.run.iterations + 1):
+            if not paths.is_complete(k):
+                per_iteration[k] = rl_iteration(run_dir, k)
+    except Exception:
+        close_training_run(run_dir, "FAILED")
+        raise
+    close_training_run(run_dir)
     return {"run_dir": run_dir, "baseline": baseline, "iterations": per_iteration}
 
 

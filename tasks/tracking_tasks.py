@@ -31,7 +31,7 @@ class IterationLog:
     @classmethod
     def open(cls, run_dir: str, iteration: int) -> "IterationLog":
         tracker = tracker_for(run_dir)
-        tracker.iteration_run(iteration)
+        tracker.start_iteration(iteration)  # RUNNING again when an interrupted iteration resumes
         return cls(tracker, iteration)
 
     def stage(self, name: str, summary: dict) -> dict:
@@ -54,8 +54,14 @@ class IterationLog:
 def open_training_run(run_dir: str) -> str:
     """Create (or re-attach to) the training's parent MLflow run and log the config."""
     tracker = tracker_for(run_dir)
+    tracker.start()
     tracker.log_config(run_config(run_dir))
     return tracker.run_id
+
+
+@task(name="close-training-run", **TRACK)
+def close_training_run(run_dir: str, status: str = "FINISHED") -> None:
+    tracker_for(run_dir).finish(status)
 
 
 def _evaluate_into(run_dir: str, out: Path, policy_dir: Path, judge_dir: Path, step: int) -> dict:
