@@ -9,7 +9,7 @@ from pathlib import Path
 QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
 
 
-def _quiet_environment() -> None:
+def embedded_environment() -> None:
     """Embedded defaults, set before prefect/mlflow are imported; a user's own settings win."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # else 'database is locked' per run
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -63,7 +63,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _quiet_environment()
+    embedded_environment()
     args = _parser().parse_args(argv)
     from flows.commands import USER_ERRORS
 

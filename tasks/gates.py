@@ -12,7 +12,6 @@ cached and a gate then takes ~0.1 s for thousands of rows.
 from __future__ import annotations
 
 import functools
-import math
 import os
 import threading
 import time
@@ -22,6 +21,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from rla_core.schemas import Slot, TrainingSample, Trajectory
+from tasks.storage import json_safe
 
 MAX_ABS_ADVANTAGE = 1e3  # z-scores are O(1); anything near this means a broken normaliser
 _FLOAT_MAX = 1.7976931348623157e308  # `between ±max` rejects ±inf (NaN is caught by not-null)
@@ -275,25 +275,10 @@ def _outcome(result: Any) -> ExpectationOutcome:
     return ExpectationOutcome(
         expectation=config.type,
         column=column,
-        kwargs=_plain(kwargs),
+        kwargs=json_safe(kwargs),
         success=bool(result.success),
         unexpected_count=details.get("unexpected_count"),
-        observed_value=_plain(details.get("observed_value")),
-        unexpected_sample=_plain(list(details.get("partial_unexpected_list") or [])[:_SAMPLE_VALUES]),
+        observed_value=json_safe(details.get("observed_value")),
+        unexpected_sample=json_safe(list(details.get("partial_unexpected_list") or [])[:_SAMPLE_VALUES]),
         error=info.get("exception_message") if info.get("raised_exception") else None,
     )
-
-
-def _plain(value: Any) -> Any:
-    """JSON-safe copy: numpy scalars to Python, NaN/±inf to "nan"/"inf"/"-inf", others to str."""
-    if isinstance(value, dict):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_plain(item) for item in value]
-    if hasattr(value, "item") and type(value).__module__ == "numpy":
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)

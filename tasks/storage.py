@@ -6,11 +6,12 @@ half-written file and an interrupted stage leaves either nothing or the complete
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, TypeVar
+from typing import Any, Iterable, Mapping, TypeVar
 
 from pydantic import BaseModel
 
@@ -77,3 +78,18 @@ def is_done(stage_dir: str | Path) -> bool:
 def done_summary(stage_dir: str | Path) -> dict:
     data = read_json(Path(stage_dir) / DONE_MARKER)
     return data if isinstance(data, dict) else {}
+
+
+def json_safe(value: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python numbers, NaN/±inf to "nan"/"inf"/"-inf", others to str."""
+    if isinstance(value, Mapping):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [json_safe(item) for item in value]
+    if hasattr(value, "item") and type(value).__module__ == "numpy":
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

@@ -13,7 +13,6 @@ Default store: `sqlite:///<run_dir>/mlflow.db`, artifacts under `<run_dir>/mlart
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import time
@@ -38,6 +37,7 @@ from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from rla_core.config import Config, TrackingConfig, config_to_yaml  # noqa: E402
 from rla_core.schemas import JudgedStep, Trajectory  # noqa: E402
 from tasks import storage  # noqa: E402
+from tasks.storage import json_safe  # noqa: E402
 
 logging.getLogger("mlflow").setLevel(logging.WARNING)
 try:  # mlflow imported earlier by someone else: drop the telemetry client it may have started
@@ -246,7 +246,7 @@ class Tracker:
 
     def log_dict(self, data: Mapping[str, Any] | list, artifact_file: str, iteration: int | None = None) -> None:
         """JSON (or YAML if the name ends in .yaml) artifact, e.g. `gates/rollouts.json`."""
-        self.client.log_dict(self._target(iteration), _plain(data), artifact_file)
+        self.client.log_dict(self._target(iteration), json_safe(data), artifact_file)
 
     def log_text(self, text: str, artifact_file: str, iteration: int | None = None) -> None:
         self.client.log_text(self._target(iteration), text, artifact_file)
@@ -319,21 +319,6 @@ def _is_number(value: Any) -> bool:
 
 def _is_numpy_number(value: Any) -> bool:
     return type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.dtype.kind in "iuf"
-
-
-def _plain(value: Any) -> Any:
-    """JSON-safe copy: non-finite floats become "nan"/"inf"/"-inf", numpy scalars plain numbers."""
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if hasattr(value, "item") and _is_numpy_number(value):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
 
 
 def read_metrics(run: str | Path, tracking_uri: str | None = None) -> dict[str, dict[int, float]]:

@@ -1,13 +1,8 @@
-"""Test-session settings: one torch thread (tiny models are far slower with two on a shared 2-core box),
-embedded Prefect and MLflow without telemetry."""
-import os
+"""Test-session settings: the CLI's embedded defaults (no telemetry, quiet Prefect), one torch thread
+(tiny models are far slower with two on a shared 2-core box)."""
+from flows.cli import embedded_environment
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-os.environ.setdefault("DO_NOT_TRACK", "1")
-os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+embedded_environment()
 
 import torch  # noqa: E402
 
