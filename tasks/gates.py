@@ -12,6 +12,7 @@ cached and a gate then takes ~0.1 s for thousands of rows.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import time
@@ -237,6 +238,7 @@ def _batch_definition() -> Any:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # no INFO line per context
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)  # no tqdm per validation
     asset = context.data_sources.add_pandas("rla_gates").add_dataframe_asset("records")
