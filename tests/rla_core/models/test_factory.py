@@ -23,15 +23,6 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models on a shared 2-core box: a second OpenMP thread spins and can cost 100x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny_spec(arch: str = "qwen2", **overrides) -> ModelSpec:
     fields = dict(
         arch=arch, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=64

@@ -4,7 +4,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import pytest
 import torch
 
 from rla_core.config import ModelSpec
@@ -13,15 +12,6 @@ from rla_core.models.tokenizer import train_tokenizer
 from rla_core.training.sft import response_nll, supervised_finetune
 
 SEPARATOR = 5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models on a shared 2-core box: a second OpenMP thread spins and can cost 100x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @dataclass

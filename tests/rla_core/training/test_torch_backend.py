@@ -18,15 +18,6 @@ METRIC_NAMES = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models on a shared 2-core box: a second OpenMP thread spins and can cost 100x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return train_tokenizer([f"take apple {i} from shelf \\boxed{{{i}}}" for i in range(30)], vocab_size=300)
