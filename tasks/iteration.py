@@ -36,8 +36,8 @@ def select_tasks(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     store = TaskStore.load(paths.store_dir(k))
     tasks = store.select(cfg.rollout.tasks_per_iteration, random.Random(stage_seed(cfg, k, "select")), iteration=k)
     write_records(out / "tasks.jsonl", tasks)
-    return {"tasks": len(tasks), "candidates": sum(t.task_id in {c.task.task_id for c in store.pending()}
-                                                   for t in tasks)}
+    pending = {c.task.task_id for c in store.pending()}
+    return {"tasks": len(tasks), "candidates": sum(t.task_id in pending for t in tasks)}
 
 
 def rollout_tasks(paths: RunPaths, cfg: Config, tasks: list[Task], model_dir: Path, n: int,
