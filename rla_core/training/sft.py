@@ -13,10 +13,10 @@ from tqdm.auto import tqdm
 
 from rla_core.training.batching import (
     SequencePair,
-    chunked,
     collate,
     drop_too_long,
     forward_logprobs,
+    length_sorted_chunks,
     model_device,
     model_max_positions,
     response_logprobs,
@@ -46,7 +46,7 @@ def _accumulate_nll(model: torch.nn.Module, batch: Sequence[SequencePair], micro
     total_tokens = sum(len(pair.response_ids) for pair in batch)
     device, pad_id = model_device(model), _pad_id(model)
     value = 0.0
-    for micro in chunked(batch, micro_batch_size):
+    for micro in length_sorted_chunks(batch, micro_batch_size):
         collated = collate(micro, pad_id).to(device)
         loss = -forward_logprobs(model, collated).sum() / total_tokens
         loss.backward()

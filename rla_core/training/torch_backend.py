@@ -32,6 +32,7 @@ from rla_core.training.batching import (
     collate,
     drop_too_long,
     forward_logprobs,
+    length_sorted_chunks,
     model_device,
     model_max_positions,
     place_on_responses,
@@ -120,7 +121,7 @@ class TorchTrainer(Trainer):
         size = len(minibatch)
         device = model_device(self.model)
         totals = dict.fromkeys(_LOSS_METRICS, 0.0)
-        for micro in chunked(minibatch, self.train_cfg.micro_batch_size):
+        for micro in length_sorted_chunks(minibatch, self.train_cfg.micro_batch_size):
             batch = collate(micro, self.pad_id).to(device)
             logprobs = forward_logprobs(self.model, batch)
             old = place_on_responses([item.old_logprobs for item in micro], batch.response_mask)
