@@ -65,8 +65,24 @@ class EnvironmentConfig(_Section):
         return self
 
 
+class VllmConfig(_Section):
+    """The vLLM rollout backend (rollout.backend = "vllm"); also serves the judge and environment model."""
+
+    tensor_parallel_size: int = Field(1, gt=0)
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    dtype: str = Field("auto", description="auto | bfloat16 | float16 | float32")
+    max_model_len: int | None = Field(None, gt=0, description="None = the model's max positions")
+    enforce_eager: bool = False
+    weight_sync: Literal["load_weights", "sleep_wake", "rebuild"] = Field(
+        "load_weights",
+        description="how new policy weights reach the engine; every mode falls back to rebuild on failure",
+    )
+
+
 class RolloutConfig(_Section):
-    backend: str = "transformers"
+    backend: str = Field("transformers", description="rollout engine: transformers | vllm")
+    vllm: VllmConfig = VllmConfig()
     tasks_per_iteration: int = Field(32, gt=0, description="K active slots sampled per iteration")
     n: int = Field(8, gt=0, description="N trajectories per task")
     max_steps: int = Field(12, gt=0, description="H: at most this many policy turns")
@@ -88,8 +104,34 @@ class RewardConfig(_Section):
     step_weight: float = Field(1.0, ge=0, description="λ in R = O + λ·mean S; 0 = outcome only")
 
 
+class DeepSpeedConfig(_Section):
+    """The DeepSpeed trainer backend (train.backend = "deepspeed")."""
+
+    zero_stage: int = Field(2, ge=0, le=3)
+    offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer state on CPU (stage >= 1)")
+    offload_params: bool = Field(False, description="ZeRO-Infinity: parameters on CPU (stage 3)")
+    bf16: bool = False
+    warmup_steps: int = Field(0, ge=0, description="WarmupLR steps; 0 = constant lr")
+    launcher: Literal["inprocess", "torchrun", "deepspeed"] = Field(
+        "inprocess", description="inprocess = one rank in this process; else a multi-rank launch"
+    )
+    num_procs: int = Field(1, gt=0, description="ranks per node for torchrun/deepspeed launches")
+    num_nodes: int = Field(1, gt=0)
+    hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node launches")
+    master_port: int = Field(29500, gt=0, lt=65536)
+
+    @model_validator(mode="after")
+    def _offload(self) -> "DeepSpeedConfig":
+        if self.offload_params and self.zero_stage != 3:
+            raise ValueError("train.deepspeed.offload_params needs zero_stage 3")
+        if self.offload_optimizer and self.zero_stage == 0:
+            raise ValueError("train.deepspeed.offload_optimizer needs zero_stage >= 1")
+        return self
+
+
 class TrainConfig(_Section):
-    backend: str = "torch"
+    backend: str = Field("torch", description="trainer backend: torch | deepspeed")
+    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
     lr: float = Field(3e-4, gt=0)
     judge_lr: float = Field(2e-4, gt=0)
     clip_eps: float = Field(0.2, gt=0, description="ε")
@@ -119,6 +161,9 @@ class EvalConfig(_Section):
 
 class TrackingConfig(_Section):
     mlflow_uri: str | None = Field(None, description="None = sqlite file under the run folder")
+    artifact_location: str | None = Field(
+        None, description="MLflow artifact root for a new experiment, e.g. s3://bucket/mlflow; None = MLflow's default"
+    )
     experiment: str = "rlanything"
     register_models: bool = True
 
@@ -130,6 +175,34 @@ class VersioningConfig(_Section):
 
 class GatesConfig(_Section):
     enabled: bool = True
+
+
+class StorageConfig(_Section):
+    """Where stage outputs live besides the local run folder (local | s3 through boto3)."""
+
+    backend: Literal["local", "s3"] = "local"
+    bucket: str | None = None
+    prefix: str = Field("rlanything", description="key prefix; objects go under <prefix>/<run name>/")
+    endpoint_url: str | None = Field(None, description="S3-compatible endpoint (MinIO, moto); None = AWS")
+    region: str | None = None
+
+    @model_validator(mode="after")
+    def _bucket(self) -> "StorageConfig":
+        if self.backend == "s3" and not self.bucket:
+            raise ValueError("storage.bucket is required when storage.backend is s3")
+        return self
+
+
+class OrchestrationConfig(_Section):
+    """Routing of GPU stages to a Prefect work pool; None runs every stage in the iteration's process."""
+
+    gpu_deployment: str | None = Field(
+        None, description="'<flow>/<deployment>' that runs one stage on the GPU pool, e.g. rla-stage/gpu"
+    )
+    gpu_stages: list[str] = Field(
+        default_factory=lambda: ["rollout", "judge", "train_policy", "train_judge"],
+        description="stages sent to gpu_deployment when it is set",
+    )
 
 
 class Config(_Section):
@@ -145,6 +218,8 @@ class Config(_Section):
     tracking: TrackingConfig = TrackingConfig()
     versioning: VersioningConfig = VersioningConfig()
     gates: GatesConfig = GatesConfig()
+    storage: StorageConfig = StorageConfig()
+    orchestration: OrchestrationConfig = OrchestrationConfig()
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
