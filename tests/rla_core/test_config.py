@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from rla_core.config import Config, ConfigError, load_config
@@ -47,3 +49,32 @@ def test_override_without_equals_sign_is_rejected():
 def test_missing_file_is_reported(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config([tmp_path / "nope.yaml"])
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").rglob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_loads(path):
+    load_config([path])
+
+
+def test_real_model_preset_uses_the_scale_out_backends():
+    cfg = load_config([REPO / "configs/presets/qwen2.5-7b-instruct-8gpu.yaml"])
+    assert (cfg.rollout.backend, cfg.train.backend) == ("vllm", "deepspeed")
+    assert (cfg.rollout.tasks_per_iteration, cfg.rollout.n, cfg.judge.m, cfg.rollout.max_steps) == (16, 8, 3, 40)
+    assert cfg.train.deepspeed.zero_stage == 3 and cfg.train.deepspeed.num_procs == 8
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("train.deepspeed.offload_params=true", "train.deepspeed"),
+        ("train.deepspeed.zero_stage=4", "train.deepspeed.zero_stage"),
+        ("storage.backend=s3", "storage"),
+        ("rollout.vllm.gpu_memory_utilization=1.5", "rollout.vllm.gpu_memory_utilization"),
+    ],
+)
+def test_scale_out_sections_reject_bad_values(override, key):
+    with pytest.raises(ConfigError, match=f"config key '{key}'"):
+        load_config(None, [override])
