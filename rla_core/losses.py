@@ -40,9 +40,10 @@ def clipped_policy_loss(
 
     Args: logprobs/old_logprobs/ref_logprobs [B, T] float (per-token log-probs of the response
     tokens; only logprobs carries gradient), advantages [B], response_mask [B, T] (1 on response
-    tokens). Metrics (detached scalars): pg_loss (mean L_pg over samples), kl (mean k3 over response
-    tokens), clip_fraction (share of response tokens where the clipped term is strictly the smaller,
-    i.e. the gradient is cut), ratio_mean (mean ρ over response tokens).
+    tokens). Metrics (detached scalars), each a mean over samples of a per-sample token mean (like the
+    loss, so a sample-weighted average over micro-batches or ranks gives the mini-batch value exactly):
+    pg_loss (L_pg), kl ((1/n) Σ_t k3_t), clip_fraction (share of the sample's tokens where the clipped
+    term is strictly the smaller, i.e. the gradient is cut), ratio_mean ((1/n) Σ_t ρ_t).
     """
     mask = response_mask.bool()
     old_logprobs = old_logprobs.detach()
@@ -64,12 +65,11 @@ def clipped_policy_loss(
     per_sample = pg_loss + kl_beta * kl
 
     with torch.no_grad():
-        total = mask.sum().clamp(min=1).to(logprobs.dtype)
         metrics = {
             "pg_loss": pg_loss.mean(),
-            "kl": _masked_token_sums(k3, mask).sum() / total,
-            "clip_fraction": _masked_token_sums((clipped < unclipped).to(logprobs.dtype), mask).sum() / total,
-            "ratio_mean": _masked_token_sums(ratio, mask).sum() / total,
+            "kl": kl.mean(),
+            "clip_fraction": (_masked_token_sums((clipped < unclipped).to(logprobs.dtype), mask) / n_tokens).mean(),
+            "ratio_mean": (_masked_token_sums(ratio, mask) / n_tokens).mean(),
         }
     return per_sample, {name: value.detach() for name, value in metrics.items()}
 

@@ -95,7 +95,8 @@ def test_mask_with_different_lengths_ignores_padding():
     ref = torch.tensor([[nan, -1.0, -1.0, -1.0], [nan, nan, -1.0 + math.log(1.1), nan]])
     loss, metrics = clipped_policy_loss(logprobs, old, ref, torch.tensor([1.0, 2.0]), mask, clip_eps=0.2, kl_beta=0.0)
     assert loss.tolist() == pytest.approx([-1.0, -2.2])
-    assert metrics["ratio_mean"].item() == pytest.approx((1.1 + 0.9 + 1.0 + 1.1) / 4)
+    # per-sample token means (1.1 + 0.9 + 1.0) / 3 = 1.0 and 1.1, then their mean over samples
+    assert metrics["ratio_mean"].item() == pytest.approx((1.0 + 1.1) / 2)
     loss.sum().backward()
     assert torch.isfinite(logprobs.grad).all()
     assert (logprobs.grad[mask == 0] == 0).all()
