@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 # name → module that registers it; imported lazily so heavy engines load only when chosen.
 _BUILTIN_MODULES = {
     "torch": "rla_core.training.torch_backend",
+    "deepspeed": "rla_core.training.deepspeed_backend",
 }
 
 

@@ -113,6 +113,11 @@ def length_sorted_chunks(items: Sequence[T], size: int) -> list[list[T]]:
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
+    """Where inputs go: a wrapper's own `device` (a DeepSpeed engine: its ZeRO-3 parameters may be
+    empty placeholders, offloaded to CPU), else the device of the first parameter."""
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
     return next(model.parameters()).device
 
 

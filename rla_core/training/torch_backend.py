@@ -110,26 +110,34 @@ class TorchTrainer(Trainer):
         batches = chunked(shuffled, self.train_cfg.minibatch_size)
         return batches[: self.train_cfg.max_optimizer_steps]
 
+    def micro_batch_loss(
+        self, module: torch.nn.Module, micro: Sequence[ScoredSample]
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Per-sample loss [B] of one micro-batch under `module` (with grad) and its loss parts.
+
+        `module` is the model, or a wrapper whose forward must build the graph (a DeepSpeed engine).
+        """
+        from rla_core.losses import clipped_policy_loss
+
+        batch = collate(micro, self.pad_id).to(model_device(module))
+        logprobs = forward_logprobs(module, batch)
+        old = place_on_responses([item.old_logprobs for item in micro], batch.response_mask)
+        ref = place_on_responses([item.ref_logprobs for item in micro], batch.response_mask)
+        return clipped_policy_loss(
+            logprobs, old, ref, batch.advantages, batch.response_mask,
+            self.train_cfg.clip_eps, self.train_cfg.kl_beta,
+        )
+
     def accumulate_gradients(self, minibatch: Sequence[ScoredSample]) -> dict[str, float]:
         """Backward the mini-batch mean loss micro-batch by micro-batch (adds into .grad).
 
         Each micro-batch contributes per_sample_loss.sum() / M, M = len(minibatch), so the summed
         gradient equals ∇ mean_b loss_b whatever the micro-batch size. Metrics are mini-batch means.
         """
-        from rla_core.losses import clipped_policy_loss
-
         size = len(minibatch)
-        device = model_device(self.model)
         totals = dict.fromkeys(_LOSS_METRICS, 0.0)
         for micro in length_sorted_chunks(minibatch, self.train_cfg.micro_batch_size):
-            batch = collate(micro, self.pad_id).to(device)
-            logprobs = forward_logprobs(self.model, batch)
-            old = place_on_responses([item.old_logprobs for item in micro], batch.response_mask)
-            ref = place_on_responses([item.ref_logprobs for item in micro], batch.response_mask)
-            per_sample, parts = clipped_policy_loss(
-                logprobs, old, ref, batch.advantages, batch.response_mask,
-                self.train_cfg.clip_eps, self.train_cfg.kl_beta,
-            )
+            per_sample, parts = self.micro_batch_loss(self.model, micro)
             loss = per_sample.sum() / size
             loss.backward()
             totals["loss"] += float(loss.detach())
