@@ -1,7 +1,7 @@
 """The rollout-engine interface and its registry.
 
 An engine turns batches of prompt token ids into sampled continuations and keeps the exact generated
-ids. Backends (transformers now, vLLM later) register by name; callers only use `get_engine`.
+ids. Backends (transformers, vLLM) register by name; callers only use `get_engine`.
 """
 from __future__ import annotations
 
@@ -46,11 +46,17 @@ def register_engine(name: str) -> Callable[[Callable[..., RolloutEngine]], Calla
     return wrap
 
 
+# Built-in backends, imported on first use so that heavy engines load only when asked for.
+_BUILTIN = {"transformers": "rla_core.rollout.hf_engine", "vllm": "rla_core.rollout.vllm_engine"}
+
+
 def get_engine(name: str) -> Callable[..., RolloutEngine]:
     """The engine factory registered as `name`; the error lists the valid names."""
-    if name not in ENGINES:
-        from rla_core.rollout import hf_engine  # noqa: F401  (registers "transformers")
+    if name not in ENGINES and name in _BUILTIN:
+        import importlib
+
+        importlib.import_module(_BUILTIN[name])  # registers `name`
     try:
         return ENGINES[name]
     except KeyError:
-        raise KeyError(f"unknown rollout backend '{name}'; valid: {sorted(ENGINES)}") from None
+        raise KeyError(f"unknown rollout backend '{name}'; valid: {sorted(set(ENGINES) | set(_BUILTIN))}") from None

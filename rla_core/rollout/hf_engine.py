@@ -40,7 +40,8 @@ def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, e
                  generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
     """Decode up to max_new_tokens for params.n samples of every prompt; returns (ids, logprobs) per
     sample, grouped by prompt. The prompt is prefilled once and its KV cache repeated n times."""
-    ids, mask = left_pad(prompts, pad_id)
+    device = next(model.parameters()).device
+    ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     cache, logits = out.past_key_values, out.logits[:, -1, :]
@@ -48,7 +49,7 @@ def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, e
         cache.batch_repeat_interleave(params.n)
         logits, mask, positions = (t.repeat_interleave(params.n, dim=0) for t in (logits, mask, positions))
     next_pos = positions[:, -1] + 1
-    finished = torch.zeros(len(prompts) * params.n, dtype=torch.bool)
+    finished = torch.zeros(len(prompts) * params.n, dtype=torch.bool, device=device)
     tokens: list[torch.Tensor] = []
     token_logprobs: list[torch.Tensor] = []
     for _ in range(params.max_new_tokens):
@@ -94,7 +95,8 @@ class TransformersEngine:
             return []
         was_training = self.model.training
         self.model.eval()
-        generator = torch.Generator().manual_seed(params.seed)
+        # The generator lives where sampling happens (torch.multinomial needs them on one device).
+        generator = torch.Generator(device=next(self.model.parameters()).device).manual_seed(params.seed)
         eos_id, pad_id = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         # Sort by length so each chunk pads little; results are put back in the callers' order.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
