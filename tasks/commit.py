@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from rla_core.config import Config
 from rla_core.schemas import JudgedStep, Trajectory
 from tasks.common import resumable
+from tasks.object_store import dvc_remote_options
 from tasks.paths import COMPLETE, RunPaths
 from tasks.storage import done_summary, read_json, read_records, write_text
 from tasks.tracking import format_samples
@@ -41,7 +42,7 @@ def log_artifacts(paths: RunPaths, k: int) -> None:
 def commit(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     version = ""
     if cfg.versioning.dvc:
-        init_run_repo(paths.root, cfg.versioning.remote)
+        init_run_repo(paths.root, cfg.versioning.remote, dvc_remote_options(cfg))
         chosen = versioned_paths(paths, k)
         track(paths.root, chosen)
         version = data_version(paths.root, chosen)

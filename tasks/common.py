@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from rla_core.config import Config
 from rla_core.models.factory import load_pretrained
+from tasks.object_store import open_store
 from tasks.paths import RunPaths, run_config
 from tasks.storage import done_summary, is_done, mark_done
 
@@ -23,15 +24,19 @@ def stage_seed(cfg: Config, iteration: int, stage: str) -> int:
 def resumable(stage: str) -> Callable[[Callable[..., dict]], Callable[..., dict]]:
     """Skip a stage whose _DONE marker exists (returning its summary); else run it, time it and mark it.
 
-    The wrapped function gets (paths, cfg, iteration, out_dir) and returns a JSON-able summary dict.
+    With an object store (storage.backend = s3) the completed outputs this machine lacks are fetched
+    first (a stage done elsewhere is downloaded, then skipped), and the stage folder is uploaded after
+    its marker is written. The wrapped function gets (paths, cfg, iteration, out_dir) and returns a
+    JSON-able summary dict.
     """
     def wrap(fn: Callable[..., dict]) -> Callable[..., dict]:
         def run(run_dir: str, iteration: int) -> dict:
-            paths = RunPaths.of(run_dir)
+            paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
             out_dir = paths.stage(iteration, stage)
+            store = open_store(cfg, paths.root)
+            store.hydrate(iteration)
             if is_done(out_dir):
                 return {**done_summary(out_dir), "resumed": True}
-            cfg = run_config(run_dir)
             if cfg.run.torch_threads:
                 torch.set_num_threads(cfg.run.torch_threads)
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -39,6 +44,7 @@ def resumable(stage: str) -> Callable[[Callable[..., dict]], Callable[..., dict]
             summary = fn(paths, cfg, iteration, out_dir)
             summary["seconds"] = time.perf_counter() - start
             mark_done(out_dir, summary)
+            store.push_dir(out_dir, run_files_under=paths.iteration(iteration))  # COMPLETE, *.dvc too
             return summary
 
         # Not functools.wraps: Prefect binds arguments by the signature, which must stay (run_dir, iteration).

@@ -18,8 +18,9 @@ from rla_core.models.tokenizer import train_tokenizer
 from rla_core.schemas import Task
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model
+from tasks.object_store import fetch_done, publish
 from tasks.paths import RunPaths, run_config
-from tasks.storage import is_done, mark_done, read_records, write_records
+from tasks.storage import mark_done, read_records, write_records
 
 SETUP = dict(cache_policy=NO_CACHE, persist_result=False)
 WALK_NOISE = 0.25  # random actions in policy demonstrations, so the policy sees recovery states
@@ -51,7 +52,7 @@ def generate_tasks(family: EnvironmentFamily, knobs: dict, count: int, rng: rand
 def seed_tasks(run_dir: str) -> dict:
     """The seed task store (train slots) and the held-out tasks, disjoint by spec."""
     paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
-    if is_done(paths.seed_store.parent):
+    if fetch_done(run_dir, paths.seed_store.parent):
         return {"resumed": True}
     family = get_environment(cfg.environment.name)
     knobs = cfg.environment.knobs
@@ -63,6 +64,7 @@ def seed_tasks(run_dir: str) -> dict:
     TaskStore.from_seed(train).save(paths.seed_store)
     write_records(paths.heldout, heldout)
     mark_done(paths.seed_store.parent, {"train": len(train), "heldout": len(heldout)})
+    publish(run_dir, paths.seed_store.parent)
     return {"train": len(train), "heldout": len(heldout)}
 
 
@@ -79,7 +81,7 @@ def demo_walks(cfg: Config, paths: RunPaths, count: int, noise: float, stream: s
 def init_models(run_dir: str) -> dict:
     """Train the tokenizer on game text, build the tiny policy, judge and environment models."""
     paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
-    if is_done(paths.init_models):
+    if fetch_done(run_dir, paths.init_models):
         return {"resumed": True}
     walks = demo_walks(cfg, paths, 200, 0.5, "corpus")
     keep = cfg.rollout.history_turns
@@ -93,6 +95,7 @@ def init_models(run_dir: str) -> dict:
         save_pretrained(model, tok, paths.init_models / role)
         summary[f"{role}_params"] = sum(p.numel() for p in model.parameters())
     mark_done(paths.init_models, summary)
+    publish(run_dir, paths.init_models)
     return summary
 
 
@@ -106,7 +109,7 @@ def tokenize_pairs(tokenizer, pairs: list[tuple[str, str]]) -> list[Pair]:
 def bootstrap(run_dir: str) -> dict:
     """Supervised warm-start: policy on oracle demonstrations, judge on oracle step labels."""
     paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
-    if is_done(paths.bootstrap):
+    if fetch_done(run_dir, paths.bootstrap):
         return {"resumed": True}
     boot, keep = cfg.bootstrap, cfg.rollout.history_turns
     summary: dict[str, float] = {}
@@ -124,4 +127,5 @@ def bootstrap(run_dir: str) -> dict:
         save_pretrained(model, tokenizer, paths.bootstrap / role)
         summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
     mark_done(paths.bootstrap, summary)
+    publish(run_dir, paths.bootstrap)
     return summary

@@ -113,7 +113,8 @@ class Tracker:
         name = self.config.experiment
         found = self.client.get_experiment_by_name(name)
         if found is None:
-            return self.client.create_experiment(name, artifact_location=_artifact_location(self.tracking_uri))
+            location = self.config.artifact_location or _artifact_location(self.tracking_uri)
+            return self.client.create_experiment(name, artifact_location=location)
         if found.lifecycle_stage == "deleted":
             self.client.restore_experiment(found.experiment_id)
         return found.experiment_id

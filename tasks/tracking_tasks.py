@@ -8,9 +8,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.common import stage_seed
+from tasks.object_store import configure_mlflow_s3, fetch_done, open_run_store, publish
 from tasks.paths import RunPaths, run_config
-from tasks.storage import done_summary, is_done, mark_done
-from tasks.tracking import Tracker
+from tasks.storage import done_summary, mark_done
+from tasks.tracking import RUN_ID_FILE, Tracker
 from tasks.training import evaluate_models
 
 TRACK = dict(cache_policy=NO_CACHE, persist_result=False)
@@ -18,6 +19,7 @@ TRACK = dict(cache_policy=NO_CACHE, persist_result=False)
 
 def tracker_for(run_dir: str) -> Tracker:
     cfg = run_config(run_dir)
+    configure_mlflow_s3(cfg.storage)
     return Tracker(run_dir, cfg.tracking, run_name=cfg.run.name)
 
 
@@ -56,6 +58,7 @@ def open_training_run(run_dir: str) -> str:
     tracker = tracker_for(run_dir)
     tracker.start()
     tracker.log_config(run_config(run_dir))
+    open_run_store(run_dir).push_file(tracker.run_dir / RUN_ID_FILE)  # another machine re-attaches to it
     return tracker.run_id
 
 
@@ -65,11 +68,12 @@ def close_training_run(run_dir: str, status: str = "FINISHED") -> None:
 
 
 def _evaluate_into(run_dir: str, out: Path, policy_dir: Path, judge_dir: Path, step: int) -> dict:
-    if is_done(out):
+    if fetch_done(run_dir, out):
         return done_summary(out)
     cfg = run_config(run_dir)
     metrics = evaluate_models(RunPaths.of(run_dir), cfg, policy_dir, judge_dir, out, stage_seed(cfg, step, "eval"))
     mark_done(out, metrics)
+    publish(run_dir, out)
     return metrics
 
 

@@ -1,0 +1,300 @@
+"""Where a run's outputs live besides its local folder: `local` (the run folder is the store) or `s3`.
+
+With `s3`, every completed folder of the run is mirrored under `s3://<bucket>/<prefix>/<run name>/`
+with the same relative paths: iteration stages (`iterations/iter_0001/rollout/...`) and run-level
+folders (`seed/`, `models/init/`, `models/bootstrap/`, `baseline/`, `eval/iter_k/`). A folder is
+uploaded right after its `_DONE` marker is written, and the marker is uploaded last, so a folder is
+complete in S3 exactly when its marker key exists. Small run files (`config.yaml`,
+`mlflow_run_id.txt`, the `COMPLETE` markers, DVC's `*.dvc` pointers) are uploaded as they appear.
+
+A machine that lacks completed outputs fetches them before a stage runs (`hydrate`): a stage whose
+marker is in S3 is downloaded and then skipped, so a run resumes on another machine. Only what later
+stages read is fetched: the run-level folders, the current iteration's stages, and from earlier
+iterations the latest task store and checkpoints (plus the folder a not-trained model points to).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from pathlib import Path
+from typing import Protocol
+
+from rla_core.config import Config, StorageConfig
+from tasks.paths import COMPLETE, run_config
+from tasks.storage import DONE_MARKER, done_summary, is_done
+
+RUN_FILES = ("config.yaml", "mlflow_run_id.txt")  # the id lets another machine re-attach to the MLflow run
+CARRIED_STAGES = ("adapt", "train_policy", "train_judge")  # what later iterations read (store, models)
+
+
+class StorageError(RuntimeError):
+    """The object store cannot be used (missing bucket, bad credentials, unreachable endpoint)."""
+
+
+def is_run_file(rel: str) -> bool:
+    """Small files kept in sync outside the folder protocol: the config, COMPLETE markers, DVC pointers."""
+    name = rel.rsplit("/", 1)[-1]
+    return rel in RUN_FILES or name == COMPLETE or name.endswith(".dvc")
+
+
+def _files(folder: Path) -> list[Path]:
+    """Files under `folder`, temp files (hidden names) left out, the _DONE marker last."""
+    found = [p for p in folder.rglob("*") if p.is_file() and not any(part.startswith(".")
+                                                                    for part in p.relative_to(folder).parts)]
+    return sorted(found, key=lambda p: (p.name == DONE_MARKER, p.as_posix()))
+
+
+class ObjectStore(Protocol):
+    def check(self) -> None: ...
+    def push_dir(self, folder: Path, run_files_under: Path | None = None) -> int: ...
+    def pull_dir(self, folder: Path) -> bool: ...
+    def push_file(self, path: Path) -> None: ...
+    def pull_file(self, rel: str) -> bool: ...
+    def hydrate(self, iteration: int | None = None) -> int: ...
+
+
+class LocalStore:
+    """The run folder is the store: nothing to upload or download."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def check(self) -> None:
+        return None
+
+    def push_dir(self, folder: Path, run_files_under: Path | None = None) -> int:
+        return 0
+
+    def pull_dir(self, folder: Path) -> bool:
+        return is_done(folder)
+
+    def push_file(self, path: Path) -> None:
+        return None
+
+    def pull_file(self, rel: str) -> bool:
+        return (self.root / rel).is_file()
+
+    def hydrate(self, iteration: int | None = None) -> int:
+        return 0
+
+
+@functools.lru_cache(maxsize=8)
+def s3_client(endpoint_url: str | None, region: str | None):
+    """One boto3 client per (endpoint, region): clients are thread-safe and slow to create (~0.1 s)."""
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    # Few quick retries: a wrong endpoint must fail in seconds, not after minutes of back-off.
+    boto_config = BotoConfig(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60)
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, region_name=region, config=boto_config)
+
+
+class S3Store:
+    """A run folder mirrored under s3://bucket/prefix/<run name>/ (see the module docstring)."""
+
+    def __init__(self, root: Path, config: StorageConfig, run_name: str) -> None:
+        self.root, self.config = root, config
+        self.bucket = str(config.bucket)
+        self.base = "/".join(part.strip("/") for part in (config.prefix, run_name) if part.strip("/"))
+        self.client = s3_client(config.endpoint_url, config.region)
+
+    @property
+    def where(self) -> str:
+        return f"s3://{self.bucket}/{self.base} (endpoint {self.config.endpoint_url or 'AWS default'})"
+
+    def key(self, path: Path) -> str:
+        return f"{self.base}/{Path(path).resolve().relative_to(self.root).as_posix()}"
+
+    def check(self) -> None:
+        """Fail fast, in one line, when the bucket is missing or unreachable or the credentials are bad."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "?")
+            why = {"404": "does not exist", "NoSuchBucket": "does not exist",
+                   "403": "is not accessible with these credentials"}.get(code, f"cannot be used ({code})")
+            raise StorageError(f"S3 bucket '{self.bucket}' {why} at {self.where}") from None
+        except BotoCoreError as error:
+            raise StorageError(f"S3 bucket '{self.bucket}' at {self.where}: {error}") from None
+
+    # --- primitives -------------------------------------------------------------------------
+
+    def upload(self, path: Path) -> None:
+        self.client.upload_file(str(path), self.bucket, self.key(path))
+
+    def download(self, rel: str) -> Path:
+        """Fetch one object into the run folder atomically (temp file + rename)."""
+        target = self.root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(handle)
+        try:
+            self.client.download_file(self.bucket, f"{self.base}/{rel}", temp)
+            os.replace(temp, target)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def exists(self, rel: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=f"{self.base}/{rel}")
+            return True
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+
+    def listing(self, under: str = "") -> dict[str, int]:
+        """{path relative to the run folder: size} of every object under `under` (a relative folder)."""
+        prefix = f"{self.base}/{under.strip('/')}/" if under.strip("/") else f"{self.base}/"
+        found: dict[str, int] = {}
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                found[item["Key"][len(self.base) + 1:]] = item["Size"]
+        return found
+
+    # --- folders and run files ----------------------------------------------------------------
+
+    def push_dir(self, folder: Path, run_files_under: Path | None = None) -> int:
+        """Upload every file of a completed folder, then the run files (COMPLETE, *.dvc: tiny, always
+        re-sent) under `run_files_under`, then the folder's _DONE marker. Returns files uploaded."""
+        files = _files(folder)
+        marker = files.pop() if files and files[-1].name == DONE_MARKER else None
+        if run_files_under is not None:
+            files += [p for p in _files(run_files_under) if is_run_file(p.relative_to(self.root).as_posix())
+                      and p not in files]
+        for path in files + ([marker] if marker else []):
+            self.upload(path)
+        return len(files) + (marker is not None)
+
+    def push_file(self, path: Path) -> None:
+        self.upload(path)
+
+    def pull_file(self, rel: str) -> bool:
+        """True when the file is here, or was in S3 and is now downloaded."""
+        if (self.root / rel).is_file():
+            return True
+        if not self.exists(rel):
+            return False
+        self.download(rel)
+        return True
+
+    def pull_dir(self, folder: Path) -> bool:
+        """True when `folder` is complete locally, or was complete in S3 and is now downloaded."""
+        if is_done(folder):
+            return True
+        rel = folder.resolve().relative_to(self.root).as_posix()
+        remote = self.listing(rel)
+        if f"{rel}/{DONE_MARKER}" not in remote:
+            return False
+        self._download_folder(rel, remote)
+        return True
+
+    def _download_folder(self, rel: str, remote: dict[str, int]) -> None:
+        keys = [k for k in remote if k.startswith(f"{rel}/")]
+        # marker last: an interrupted download leaves the folder not done here
+        for key in sorted(keys, key=lambda k: (k.endswith(f"/{DONE_MARKER}"), k)):
+            self.download(key)
+
+    def hydrate(self, iteration: int | None = None) -> int:
+        """Download what this machine lacks of the completed run (see `needed_folders`); returns the
+        number of folders fetched. `iteration` None: run files and run-level folders only."""
+        remote = self.listing()
+        for rel in remote:
+            if is_run_file(rel) and not (self.root / rel).is_file():
+                self.download(rel)
+        fetched = 0
+        for folder in needed_folders(remote, iteration, self._summary):
+            if not is_done(self.root / folder):
+                self._download_folder(folder, remote)
+                fetched += 1
+        return fetched
+
+    def _summary(self, folder: str) -> dict:
+        """The _DONE summary of a remote folder (fetched with the folder if needed)."""
+        if not is_done(self.root / folder):
+            self._download_folder(folder, self.listing(folder))
+        return done_summary(self.root / folder)
+
+
+def _iteration_of(folder: str) -> int | None:
+    parts = folder.split("/")
+    if len(parts) == 3 and parts[0] == "iterations" and parts[1].startswith("iter_"):
+        return int(parts[1].removeprefix("iter_"))
+    return None
+
+
+def needed_folders(remote: dict[str, int], iteration: int | None, summary) -> list[str]:
+    """Completed remote folders that stages of `iteration` may read: every run-level folder; every
+    stage of `iteration`; of earlier iterations only the latest adapt/train_policy/train_judge, plus
+    the folder a not-trained model stage points to (its summary's model_dir)."""
+    done = sorted(rel.removesuffix(f"/{DONE_MARKER}") for rel in remote if rel.endswith(f"/{DONE_MARKER}"))
+    chosen = [f for f in done if _iteration_of(f) is None]
+    if iteration is None:
+        return chosen
+    chosen += [f for f in done if _iteration_of(f) == iteration]
+    for stage in CARRIED_STAGES:
+        earlier = [f for f in done if f.endswith(f"/{stage}") and (_iteration_of(f) or 0) < iteration]
+        if not earlier:
+            continue
+        latest = max(earlier, key=_iteration_of)
+        chosen.append(latest)
+        model_dir = summary(latest).get("model_dir", "") if stage != "adapt" else ""
+        owner = "/".join(model_dir.split("/")[:3])
+        if owner in done and owner not in chosen:
+            chosen.append(owner)
+    return chosen
+
+
+STORES = {"local", "s3"}
+
+
+def open_run_store(run_dir: str | Path) -> ObjectStore:
+    """The store of an existing run folder, from its config.yaml."""
+    return open_store(run_config(run_dir), run_dir)
+
+
+def fetch_done(run_dir: str | Path, folder: Path) -> bool:
+    """True when `folder` is complete here, or complete in the store and now downloaded."""
+    return is_done(folder) or open_run_store(run_dir).pull_dir(folder)
+
+
+def publish(run_dir: str | Path, folder: Path) -> None:
+    """Upload a folder whose _DONE marker was just written (no-op for the local store)."""
+    open_run_store(run_dir).push_dir(folder)
+
+
+def open_store(cfg: Config, run_dir: str | Path) -> ObjectStore:
+    """The object store of a run, chosen by `storage.backend` (local | s3)."""
+    root = Path(run_dir).resolve()
+    if cfg.storage.backend == "local":
+        return LocalStore(root)
+    if cfg.storage.backend == "s3":
+        return S3Store(root, cfg.storage, cfg.run.name)
+    raise ValueError(f"storage.backend '{cfg.storage.backend}' unknown; valid: {sorted(STORES)}")
+
+
+def configure_mlflow_s3(storage: StorageConfig) -> None:
+    """MLflow's S3 artifact store reads its endpoint from MLFLOW_S3_ENDPOINT_URL: default it to
+    storage.endpoint_url (a value set by the user wins)."""
+    if storage.endpoint_url:
+        os.environ.setdefault("MLFLOW_S3_ENDPOINT_URL", storage.endpoint_url)
+
+
+def dvc_remote_options(cfg: Config) -> dict[str, str]:
+    """Options of an s3:// DVC remote: the endpoint (and region) of storage, for S3-compatible stores."""
+    remote = cfg.versioning.remote or ""
+    if not remote.startswith("s3://"):
+        return {}
+    options = {}
+    if cfg.storage.endpoint_url:
+        options["endpointurl"] = cfg.storage.endpoint_url
+    if cfg.storage.region:
+        options["region"] = cfg.storage.region
+    return options

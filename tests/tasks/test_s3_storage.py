@@ -1,0 +1,270 @@
+"""S3 storage (tasks/object_store.py) against a local moto S3 server: the store's primitives, then a
+micro training run whose stage outputs, DVC remote and MLflow artifacts all live in the bucket, and
+a resume from an empty local folder that downloads completed stages instead of recomputing them."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+from rla_core.config import StorageConfig, load_config
+from tasks.object_store import S3Store, StorageError, needed_folders, s3_client
+from tasks.paths import STAGES, RunPaths
+from tasks.storage import DONE_MARKER, mark_done
+
+
+def _micro_overrides() -> list[str]:
+    """MICRO of the end-to-end test (one definition of the micro run sizes)."""
+    spec = importlib.util.spec_from_file_location("_iteration_e2e",
+                                                  Path(__file__).parents[1] / "flows" / "test_iteration_e2e.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.MICRO)
+
+
+MICRO = _micro_overrides()
+BUCKET = "rla-test"
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    """A moto S3 server on 127.0.0.1 (subprocess, stopped by PID) with fake credentials in the env."""
+    saved = {key: os.environ.get(key) for key in [*AWS_ENV, "MLFLOW_S3_ENDPOINT_URL", "AWS_PROFILE"]}
+    os.environ.update(AWS_ENV)
+    os.environ.pop("AWS_PROFILE", None)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/moto-api/", timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"moto server did not start on {url}") from None
+                time.sleep(0.2)
+        s3_client(url, None).create_bucket(Bucket=BUCKET)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _store(root: Path, endpoint: str, prefix: str = "unit", bucket: str = BUCKET) -> S3Store:
+    return S3Store(root.resolve(), StorageConfig(backend="s3", bucket=bucket, prefix=prefix, endpoint_url=endpoint),
+                   "run")
+
+
+def _stage(root: Path) -> Path:
+    folder = root / "iterations" / "iter_0001" / "rollout"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "trajectories.jsonl").write_text('{"a": 1}\n')
+    (folder / "sub" / "weights.bin").write_bytes(bytes(range(256)) * 8)
+    (folder / ".half.tmp").write_text("a temp file is never uploaded")
+    mark_done(folder, {"seconds": 1.5})
+    return folder
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------- the store
+def test_push_list_exists_and_pull_into_an_empty_folder(endpoint, tmp_path):
+    store = _store(tmp_path / "a", endpoint, prefix="roundtrip")
+    folder = _stage(tmp_path / "a")
+    assert store.push_dir(folder) == 3
+    rel = "iterations/iter_0001/rollout"
+    assert store.listing(rel) == {f"{rel}/trajectories.jsonl": 9, f"{rel}/sub/weights.bin": 2048,
+                                  f"{rel}/{DONE_MARKER}": (folder / DONE_MARKER).stat().st_size}
+    assert store.exists(f"{rel}/{DONE_MARKER}") and not store.exists(f"{rel}/.half.tmp")
+
+    other = _store(tmp_path / "b", endpoint, prefix="roundtrip")
+    assert other.pull_dir(tmp_path / "b" / rel)
+    expected = {k: v for k, v in _tree(folder).items() if not k.startswith(".")}
+    assert _tree(tmp_path / "b" / rel) == expected
+
+
+def test_marker_is_uploaded_last_after_the_run_files(endpoint, tmp_path, monkeypatch):
+    root = tmp_path / "run"
+    store = _store(root, endpoint, prefix="order")
+    folder = _stage(root)
+    (folder.parent / "COMPLETE").write_text("abc\n")
+    (folder.parent / "data.dvc").write_text("outs: []\n")
+    sent: list[str] = []
+    original = store.upload
+
+    def recorded(path):
+        sent.append(store.key(path).split("/", 2)[2])  # key without "order/run/"
+        original(path)
+
+    monkeypatch.setattr(store, "upload", recorded)
+    store.push_dir(folder, run_files_under=folder.parent)
+    assert sent[-1] == f"iterations/iter_0001/rollout/{DONE_MARKER}"
+    assert set(sent[-3:-1]) == {"iterations/iter_0001/COMPLETE", "iterations/iter_0001/data.dvc"}
+    assert len(sent) == 5
+
+
+def test_a_folder_without_its_marker_in_s3_is_not_pulled(endpoint, tmp_path):
+    store = _store(tmp_path / "a", endpoint, prefix="partial")
+    folder = _stage(tmp_path / "a")
+    store.upload(folder / "trajectories.jsonl")  # an upload interrupted before the marker
+    other = _store(tmp_path / "b", endpoint, prefix="partial")
+    assert not other.pull_dir(tmp_path / "b" / "iterations" / "iter_0001" / "rollout")
+    assert not (tmp_path / "b" / "iterations").exists()
+    assert other.hydrate(1) == 0
+
+
+def test_missing_bucket_and_unreachable_endpoint_fail_in_one_line(endpoint, tmp_path):
+    with pytest.raises(StorageError) as missing:
+        _store(tmp_path, endpoint, bucket="no-such-bucket").check()
+    assert "no-such-bucket" in str(missing.value) and endpoint in str(missing.value)
+    assert "\n" not in str(missing.value)
+    closed = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(StorageError, match=f"'{BUCKET}'.*{closed}"):
+        _store(tmp_path, closed).check()
+
+
+def test_needed_folders_keep_only_what_the_iteration_reads():
+    done = ["seed", "models/bootstrap", "eval/iter_0001"] + [
+        f"iterations/iter_{k:04d}/{stage}" for k in (1, 2, 3) for stage in ("rollout", "adapt", "train_policy",
+                                                                              "train_judge")]
+    done.append("iterations/iter_0004/select")
+    remote = {f"{folder}/{DONE_MARKER}": 2 for folder in done}
+    summaries = {"iterations/iter_0003/train_policy": {"model_dir": "iterations/iter_0003/train_policy/model"},
+                 # not trained at iteration 3: the judge model is still the one of iteration 1
+                 "iterations/iter_0003/train_judge": {"model_dir": "iterations/iter_0001/train_judge/model"}}
+    chosen = needed_folders(remote, 4, summaries.__getitem__)
+    assert sorted(chosen) == sorted(["seed", "models/bootstrap", "eval/iter_0001", "iterations/iter_0004/select",
+                                     "iterations/iter_0003/adapt", "iterations/iter_0003/train_policy",
+                                     "iterations/iter_0003/train_judge", "iterations/iter_0001/train_judge"])
+    assert needed_folders(remote, None, summaries.__getitem__) == ["eval/iter_0001", "models/bootstrap", "seed"]
+
+
+def test_training_with_a_missing_bucket_fails_before_any_work(endpoint, tmp_path):
+    from flows.train import prepare_run_dir
+
+    cfg = load_config(None, [f"run.output_dir={tmp_path}", "run.name=nobucket", "storage.backend=s3",
+                             "storage.bucket=missing-bucket", f"storage.endpoint_url={endpoint}"])
+    with pytest.raises(StorageError, match="missing-bucket"):
+        prepare_run_dir(cfg)
+    assert not (tmp_path / "nobucket").exists()
+
+
+# ---------------------------------------------------------------- a micro run on S3
+def _overrides(endpoint: str, output_dir: Path) -> list[str]:
+    # A shorter warm-start than MICRO's (most of its time): this file tests storage, not learning.
+    return MICRO + ["bootstrap.policy_steps=30", "bootstrap.judge_steps=15",
+                    f"run.output_dir={output_dir}", "run.name=s3micro", "storage.backend=s3",
+                    f"storage.bucket={BUCKET}", "storage.prefix=runs", f"storage.endpoint_url={endpoint}",
+                    f"tracking.artifact_location=s3://{BUCKET}/mlflow", f"versioning.remote=s3://{BUCKET}/dvc"]
+
+
+def _keys(endpoint: str, prefix: str) -> list[str]:
+    pages = s3_client(endpoint, None).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def s3_run(endpoint, tmp_path_factory):
+    from flows.train import train
+
+    with prefect_test_harness(server_startup_timeout=120):
+        result = train(None, _overrides(endpoint, tmp_path_factory.mktemp("machine_a")))
+        yield RunPaths.of(result["run_dir"])
+
+
+def test_stage_outputs_and_run_files_are_in_the_bucket(s3_run, endpoint):
+    keys = set(_keys(endpoint, "runs/s3micro/"))
+    for stage in STAGES:
+        assert f"runs/s3micro/iterations/iter_0001/{stage}/{DONE_MARKER}" in keys, stage
+    for folder in ("seed", "models/init", "models/bootstrap", "baseline"):
+        assert f"runs/s3micro/{folder}/{DONE_MARKER}" in keys, folder
+    run_files = ("config.yaml", "mlflow_run_id.txt", "iterations/iter_0001/COMPLETE",
+                 "iterations/iter_0001/adapt/store.dvc", "iterations/iter_0001/data.dvc")
+    assert {f"runs/s3micro/{name}" for name in run_files} <= keys
+    weights = next(p for p in (s3_run.bootstrap / "policy").iterdir() if p.suffix == ".safetensors")
+    remote = s3_client(endpoint, None).get_object(Bucket=BUCKET, Key=f"runs/s3micro/{s3_run.rel(weights)}")
+    assert hashlib.md5(remote["Body"].read()).hexdigest() == _md5(weights)
+
+
+def test_mlflow_artifacts_land_in_the_bucket(s3_run, endpoint):
+    keys = _keys(endpoint, "mlflow/")
+    assert any(key.endswith("/artifacts/config.yaml") for key in keys), keys[:10]
+    assert any(key.endswith("/artifacts/gates/report.json") for key in keys)  # an iteration run's artifact
+    assert any(key.endswith("/artifacts/samples/trajectories.txt") for key in keys)
+    assert not (s3_run.root / "mlartifacts").exists()
+
+
+def test_dvc_pushes_to_s3_and_pulls_back_identical_files(s3_run, endpoint):
+    from tasks.versioning import restore, tracked_hashes
+
+    store = s3_run.stage(1, "adapt") / "store"
+    before = {p.name: _md5(p) for p in store.iterdir()}
+    hashes = tracked_hashes(s3_run.root, [store])
+    assert any(key.startswith("dvc/files/md5/") for key in _keys(endpoint, "dvc/"))
+    shutil.rmtree(s3_run.root / ".dvc" / "cache")  # nothing left locally: objects must come from S3
+    shutil.rmtree(store)
+    restore(s3_run.root, store)
+    assert {p.name: _md5(p) for p in store.iterdir()} == before
+    assert tracked_hashes(s3_run.root, [store]) == hashes
+
+
+def test_resume_from_an_empty_folder_downloads_instead_of_recomputing(s3_run, endpoint, tmp_path, monkeypatch):
+    from flows.train import prepare_run_dir, train
+    from tasks import iteration, setup, training, tracking_tasks
+
+    def recomputed(*args, **kwargs):
+        raise AssertionError("a completed stage was recomputed instead of downloaded")
+
+    for module, name in ((setup, "supervised_finetune"), (tracking_tasks, "evaluate_models"),
+                         (iteration, "rollout_tasks"), (training, "get_trainer")):
+        monkeypatch.setattr(module, name, recomputed)
+    overrides = _overrides(endpoint, tmp_path)
+    # A stage of a completed iteration, asked for on a machine that has only the config.
+    run_dir = prepare_run_dir(load_config(None, overrides))
+    fresh = RunPaths.of(run_dir)
+    shutil.rmtree(fresh.iteration(1))
+    summary = iteration.rollout.fn(run_dir, 1)
+    assert summary["resumed"]
+    for rel in ("iterations/iter_0001/rollout/trajectories.jsonl", "models/bootstrap/policy/config.json"):
+        assert _md5(fresh.root / rel) == _md5(s3_run.root / rel)
+    # The whole training flow from an empty folder: everything is found done in S3.
+    shutil.rmtree(fresh.root)
+    result = train(None, overrides)  # still inside the s3_run fixture's Prefect harness
+    assert result["iterations"] == {} and RunPaths.of(result["run_dir"]).is_complete(1)
+    judge_config = "models/bootstrap/judge/config.json"
+    assert _md5(fresh.root / judge_config) == _md5(s3_run.root / judge_config)
