@@ -1,4 +1,5 @@
-"""The `rla` command line: quickstart, run, eval, ui (and seed/bootstrap for the DVC pipeline)."""
+"""The `rla` command line: quickstart, run, eval, ui (and seed/bootstrap for the DVC pipeline); deploy and
+worker for a Prefect server with work pools (prefect.yaml, infra/README.md)."""
 from __future__ import annotations
 
 import argparse
@@ -42,6 +43,17 @@ def _parser() -> argparse.ArgumentParser:
     ui = sub.add_parser("ui", help="start the MLflow UI for a run on 127.0.0.1")
     ui.add_argument("--run", default="runs/quickstart", help="run folder (holds mlflow.db)")
     ui.add_argument("--port", type=int, default=5000)
+    deploy = sub.add_parser("deploy", help="create the rla-cpu/rla-gpu work pools if missing, then deploy prefect.yaml")
+    deploy.add_argument("--gpu-pool-type", default="docker", choices=["docker", "kubernetes", "process"],
+                        help="type of rla-gpu when it is created (process: a stand-in on one machine)")
+    deploy.add_argument("--gpu-slots", type=int, default=None,
+                        help="rla-gpu concurrency limit: GPU flow runs at once (default 1 on creation)")
+    deploy.add_argument("--name", dest="names", action="append", default=None, metavar="FLOW/DEPLOYMENT",
+                        help="deploy only this deployment (repeatable), e.g. rla-stage/gpu; default: all")
+    worker = sub.add_parser("worker", help="start a Prefect worker on a work pool (needs PREFECT_API_URL)")
+    worker.add_argument("--pool", default="rla-cpu", help="work pool to poll (rla-cpu or rla-gpu)")
+    worker.add_argument("--limit", type=int, default=None, help="max flow runs at once on this worker")
+    worker.add_argument("--name", default=None, help="worker name")
     return parser
 
 
@@ -50,6 +62,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "ui":
         return commands.ui(args.run, args.port)
+    if args.command == "deploy":
+        return commands.deploy(args.gpu_pool_type, args.gpu_slots, args.names)
+    if args.command == "worker":
+        return commands.worker(args.pool, args.limit, args.name)
     configs = args.config or ([str(QUICKSTART)] if args.command == "quickstart" else [])
     if args.command != "quickstart" and not configs:
         raise ValueError(f"rla {args.command} needs --config FILE")

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 
+from flows.deploy import CommandFailed
 from rla_core.config import ConfigError, load_config
 from rla_core.envs.base import SpecError
 from tasks.paths import RunPaths
@@ -16,7 +17,7 @@ try:
 except ImportError:  # pragma: no cover - gates module always ships; keeps the CLI importable alone
     GateFailed = RuntimeError  # type: ignore[misc,assignment]
 
-USER_ERRORS = (ConfigError, SpecError, GateFailed, FileNotFoundError, ValueError, KeyError)
+USER_ERRORS = (ConfigError, SpecError, GateFailed, FileNotFoundError, ValueError, KeyError, CommandFailed)
 
 ROWS = [
     ("held-out success rate", "heldout/success_rate"),
@@ -98,6 +99,23 @@ def evaluate(configs: list[str], overrides: list[str], iteration: int | None, ou
     from flows.train import evaluate_run
 
     _emit(evaluate_run(configs, overrides, iteration), out)
+    return 0
+
+
+def deploy(gpu_type: str, gpu_slots: int | None, names: list[str] | None) -> int:
+    """Create the work pools when missing, then deploy prefect.yaml to the configured Prefect server."""
+    from flows import deploy as ops
+
+    ops.deploy(gpu_type, gpu_slots, names)
+    print(f"deployed; start workers: rla worker --pool {ops.CPU_POOL}   (GPU hosts: infra/README.md)")
+    return 0
+
+
+def worker(pool: str, limit: int | None, name: str | None) -> int:
+    """Become `prefect worker start --pool POOL` (never returns unless the API is not configured)."""
+    from flows import deploy as ops
+
+    ops.worker(pool, limit, name)
     return 0
 
 

@@ -10,27 +10,36 @@ from pathlib import Path
 from prefect import flow
 
 from flows.rl_iteration import rl_iteration
-from rla_core.config import Config, ConfigError, config_to_yaml, load_config
+from rla_core.config import Config, ConfigError, OrchestrationConfig, config_to_yaml, load_config
+from tasks.object_store import open_store
 from tasks.paths import RunPaths
 from tasks.setup import bootstrap, init_models, seed_tasks
 from tasks.storage import done_summary, write_text
 from tasks.tracking_tasks import close_training_run, evaluate_baseline, evaluate_checkpoint, open_training_run
 
 
+def _identity(cfg: Config) -> Config:
+    """The part of a config that defines a run's results (not where its folder is on this machine)."""
+    return cfg.model_copy(update={"run": cfg.run.model_copy(update={"iterations": 0, "output_dir": ""}),
+                                  "orchestration": OrchestrationConfig()})
+
+
 def prepare_run_dir(cfg: Config) -> str:
     """Create runs/<name>/config.yaml, or check that an existing run has the same config.
 
-    Only run.iterations may differ (to extend a run); anything else needs a new run.name.
+    Only run.iterations (to extend a run) and orchestration (where stages run, not what they compute)
+    may differ; anything else needs a new run.name.
     """
     paths = RunPaths.of(Path(cfg.run.output_dir) / cfg.run.name)
-    if paths.config.is_file():
-        old = load_config([paths.config])
-        if old.model_copy(update={"run": old.run.model_copy(update={"iterations": 0})}) != \
-                cfg.model_copy(update={"run": cfg.run.model_copy(update={"iterations": 0})}):
-            raise ConfigError(f"{paths.root} already holds a run with a different config; "
-                              "choose another run.name (only run.iterations may change to continue a run)")
+    store = open_store(cfg, paths.root)
+    store.check()  # a missing bucket or bad credentials fail here, before any work
+    if store.pull_file("config.yaml") and _identity(load_config([paths.config])) != _identity(cfg):
+        raise ConfigError(f"{paths.root} already holds a run with a different config; choose another "
+                          "run.name (only run.iterations and orchestration may change to continue a run)")
     paths.root.mkdir(parents=True, exist_ok=True)
     write_text(paths.config, config_to_yaml(cfg))
+    store.push_file(paths.config)
+    store.hydrate()  # completed run-level folders and COMPLETE markers this machine lacks
     return str(paths.root)
 
 
@@ -78,6 +87,27 @@ def train(config_files: list[str] | None = None, overrides: list[str] | None = N
         raise
     close_training_run(run_dir)
     return {"run_dir": run_dir, "baseline": baseline, "iterations": per_iteration}
+
+
+@flow(name="rla-iterate", log_prints=True)
+def iterate(config_files: list[str] | None = None, overrides: list[str] | None = None,
+            iteration: int | None = None) -> dict:
+    """Prepare (skipped when done) → one iteration of the config's run: `iteration`, by default the one
+    after the latest completed (an interrupted one resumes). A schedule on this keeps extending a run."""
+    cfg = load_config(config_files, overrides)
+    run_dir, _ = _prepare(cfg)
+    paths = RunPaths.of(run_dir)
+    done = paths.completed_iterations()
+    k = iteration or (done[-1] + 1 if done else 1)
+    if k > 1 and not paths.is_complete(k - 1):
+        raise ValueError(f"iteration {k} needs iteration {k - 1} complete in {paths.root}; completed: {done}")
+    try:
+        metrics = rl_iteration(run_dir, k)
+    except Exception:
+        close_training_run(run_dir, "FAILED")
+        raise
+    close_training_run(run_dir)
+    return {"run_dir": run_dir, "iteration": k, "metrics": metrics}
 
 
 @flow(name="rla-evaluate", log_prints=True)
