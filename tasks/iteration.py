@@ -18,10 +18,11 @@ from rla_core.config import Config
 from rla_core.envs.base import get_environment
 from rla_core.judge.judge import judge_trajectories
 from rla_core.rewards import judge_samples, policy_samples
-from rla_core.rollout.base import SamplingParams, get_engine
+from rla_core.rollout.base import SamplingParams
 from rla_core.rollout.runner import play
 from rla_core.schemas import JudgedStep, Task, TrainingSample, Trajectory
-from tasks.common import load_model, progress_bar, resumable, stage_seed
+from tasks.common import progress_bar, resumable, stage_seed
+from tasks.engines import engine_for
 from tasks.paths import RunPaths
 from tasks.rewriting import make_rewrite
 from tasks.storage import read_json, read_records, write_json, write_records
@@ -43,8 +44,7 @@ def select_tasks(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 def rollout_tasks(paths: RunPaths, cfg: Config, tasks: list[Task], model_dir: Path, n: int,
                   temperature: float, seed: int, desc: str) -> tuple[list[Trajectory], dict[str, float]]:
     """N episodes of every task with the policy in `model_dir`, all generated together per turn."""
-    model, tokenizer = load_model(model_dir)
-    engine = get_engine(cfg.rollout.backend)(model, tokenizer, batch_size=cfg.rollout.batch_size)
+    engine, tokenizer = engine_for(cfg, paths.root, "policy", model_dir, cfg.rollout.batch_size)
     jobs = [(t, j) for t in tasks for j in range(n)]
     params = SamplingParams(cfg.rollout.max_new_tokens, temperature, seed)
     with progress_bar(len(jobs), desc) as bar:
@@ -62,12 +62,11 @@ def rollout(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     return {"metrics": {f"train/{name}": value for name, value in metrics.items()}}
 
 
-def judge_all(cfg: Config, trajectories: list[Trajectory], model_dir: Path, seed: int,
+def judge_all(paths: RunPaths, cfg: Config, trajectories: list[Trajectory], model_dir: Path, seed: int,
               desc: str, m: int | None = None) -> tuple[list[JudgedStep], dict[str, float]]:
     """m (default judge.m) judge samples of every step of every trajectory."""
     m = m or cfg.judge.m
-    model, tokenizer = load_model(model_dir)
-    engine = get_engine(cfg.rollout.backend)(model, tokenizer, batch_size=cfg.judge.batch_size)
+    engine, tokenizer = engine_for(cfg, paths.root, "judge", model_dir, cfg.judge.batch_size)
     params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
     total = sum(len(t.steps) for t in trajectories) * m
     with progress_bar(total, desc, unit="verdict") as bar:
@@ -80,7 +79,7 @@ def judge_all(cfg: Config, trajectories: list[Trajectory], model_dir: Path, seed
 def judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """m judge samples for every step of every trajectory; p₊/p₋ against the oracle labels."""
     trajectories = read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
-    judged, metrics = judge_all(cfg, trajectories, paths.model_dir(k, "judge"), stage_seed(cfg, k, "judge"),
+    judged, metrics = judge_all(paths, cfg, trajectories, paths.model_dir(k, "judge"), stage_seed(cfg, k, "judge"),
                                 f"judge {k}")
     write_records(out / "judged.jsonl", judged)
     return {"metrics": {f"judge/train_{name}": value for name, value in metrics.items()}}

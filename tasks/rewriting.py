@@ -6,23 +6,23 @@ at set-up); both rewriters go through the environment family's validation and th
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from rla_core.adaptation.cycle import Rewrite
 from rla_core.adaptation.rewriters import get_rewriter
 from rla_core.config import Config
 from rla_core.envs.base import get_environment
-from rla_core.rollout.base import SamplingParams, get_engine
+from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import Task
-from tasks.common import load_model
+from tasks.engines import engine_for
 from tasks.paths import RunPaths
 
 LLM_MAX_NEW_TOKENS = 384
 
 
 def _llm_generate(cfg: Config, paths: RunPaths):
-    model_dir = cfg.models.environment.path or paths.init_models / "environment"
-    model, tokenizer = load_model(model_dir)
-    engine = get_engine(cfg.rollout.backend)(model, tokenizer, batch_size=8)
+    model_dir = Path(cfg.models.environment.path or paths.init_models / "environment")
+    engine, tokenizer = engine_for(cfg, paths.root, "environment", model_dir, batch_size=8)
 
     def generate(prompts: list[str]) -> list[str]:
         ids = tokenizer(prompts)["input_ids"]

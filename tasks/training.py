@@ -1,30 +1,55 @@
 """Prefect tasks that update models (policy, then judge) and evaluate on held-out tasks."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import torch
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from rla_core.config import Config
+from rla_core.config import Config, TrainConfig
 from rla_core.rollout.runner import rollout_metrics
 from rla_core.schemas import Task
 from rla_core.training.base import get_trainer
 from tasks.common import load_model, resumable, stage_seed
+from tasks.engines import sleep_engines
 from tasks.iteration import judge_all, load_batch, rollout_tasks
-from tasks.paths import RunPaths
+from tasks.paths import RunPaths, run_config
 from tasks.storage import read_records, write_json, write_records
 
 STAGE = dict(cache_policy=NO_CACHE, persist_result=False)
 
 
 def train_role(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: float, enabled: bool) -> dict:
-    """One model's update on its batch; the optimizer state comes from the previous update of that model."""
+    """One model's update on its batch; the optimizer state comes from the previous update of that model.
+
+    With train.backend = deepspeed and a torchrun/deepspeed launcher, every rank runs `train_rank`
+    (same samples and seed on each; the backend splits each mini-batch over the ranks).
+    """
     start_dir = paths.model_dir(k, role)
     samples = load_batch(paths, k, role)
     if not enabled or not samples:
         why = "disabled" if not enabled else "no samples"
         return {"model_dir": paths.rel(start_dir), "trained": False, "why": why, "metrics": {}}
+    sleep_engines()  # live rollout engines hand their accelerator memory to the trainer
+    ds = cfg.train.deepspeed
+    if cfg.train.backend == "deepspeed" and ds.launcher != "inprocess":
+        from rla_core.training.ds_launch import launch
+
+        payload = {"run_dir": str(paths.root), "k": k, "out": str(out), "role": role, "lr": lr,
+                   "train": cfg.train.model_dump(mode="json")}
+        metrics = launch("tasks.training:train_rank", payload, ds, out / "launch")[0]
+    else:
+        metrics = _train_here(paths, cfg, k, out, role, lr, samples)
+    return {"model_dir": paths.rel(out / "model"), "trained": True,
+            "metrics": {f"{role}/{name}": value for name, value in metrics.items()}}
+
+
+def _train_here(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: float,
+                samples: list) -> dict[str, float]:
+    start_dir = paths.model_dir(k, role)
     model, tokenizer = load_model(start_dir)
     state = start_dir / "optimizer.pt"
     trainer = get_trainer(cfg.train.backend)(model, cfg.train, lr, state if state.is_file() else None)
@@ -33,8 +58,18 @@ def train_role(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: f
         reference, _ = load_model(paths.bootstrap / role)
     metrics = trainer.train(samples, reference, stage_seed(cfg, k, f"train_{role}"))
     trainer.save(out / "model", tokenizer=tokenizer)
-    return {"model_dir": paths.rel(out / "model"), "trained": True,
-            "metrics": {f"{role}/{name}": value for name, value in metrics.items()}}
+    return metrics
+
+
+def train_rank(payload: dict) -> dict[str, float]:
+    """Launch target of one rank (rla_core.training.ds_launch): the same update as in-process."""
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks_here))  # ranks must not oversubscribe cores
+    paths = RunPaths.of(payload["run_dir"])
+    cfg = run_config(payload["run_dir"])
+    cfg = cfg.model_copy(update={"train": TrainConfig.model_validate(payload["train"])})
+    k, role = payload["k"], payload["role"]
+    return _train_here(paths, cfg, k, Path(payload["out"]), role, payload["lr"], load_batch(paths, k, role))
 
 
 @task(name="train-policy", **STAGE)
@@ -55,7 +90,7 @@ def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: P
     tasks = read_records(paths.heldout, Task)
     trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.episodes_per_task,
                                     cfg.eval.temperature, seed, "held-out eval")
-    judged, judge_metrics = judge_all(cfg, trajectories, judge_dir, seed, "held-out judge", cfg.eval.judge_m)
+    judged, judge_metrics = judge_all(paths, cfg, trajectories, judge_dir, seed, "held-out judge", cfg.eval.judge_m)
     write_records(out / "heldout_trajectories.jsonl", trajectories)
     metrics = {f"heldout/{n}": v for n, v in rollout_metrics(trajectories).items()}
     metrics.update({f"heldout/judge_{n}": v for n, v in judge_metrics.items()})

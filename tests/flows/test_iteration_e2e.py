@@ -11,11 +11,13 @@ from prefect.testing.utilities import prefect_test_harness
 
 from flows.rl_iteration import rl_iteration
 from flows.train import train
+from rla_core.config import DeepSpeedConfig
 from rla_core.models.factory import load_pretrained
 from rla_core.schemas import TrainingSample
 from tasks.gates import GateFailed
 from tasks.iteration import adapt_environment, build_data, judge, rollout, select_tasks
-from tasks.paths import RunPaths
+from tasks.paths import RunPaths, run_config
+from tasks.training import train_role
 from tasks.storage import read_records, write_records
 from tasks.tracking import read_metrics
 from tasks.versioning import restore, tracked_hashes
@@ -103,3 +105,28 @@ def test_corrupted_batch_is_stopped_before_any_model_update(trained_run):
     assert trained_run.model_dir(k + 1, "policy") == trained_run.stage(1, "train_policy") / "model"
     assert json.loads((trained_run.stage(k, "validate") / "report.json").read_text())["policy_batch"]["success"] is False
     assert "gates/policy_batch_failed" in read_metrics(trained_run.root)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_rank_deepspeed_stage_matches_the_torch_stage(trained_run):
+    """The pipeline's policy update of iteration 1 again, as ZeRO-3 on 2 ranks under torchrun."""
+    paths = trained_run
+    out = paths.root / "deepspeed_check"  # model dirs are recorded relative to the run folder
+    cfg = run_config(paths.root)
+    ds = DeepSpeedConfig(zero_stage=3, launcher="torchrun", num_procs=2, master_port=_free_port())
+    ds_cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"backend": "deepspeed", "deepspeed": ds})})
+    summary = train_role(paths, ds_cfg, 1, out, "policy", cfg.train.lr, enabled=True)
+    expected = json.loads((paths.stage(1, "train_policy") / "_DONE").read_text())["metrics"]
+    assert summary["metrics"]["policy/optimizer_steps"] == expected["policy/optimizer_steps"] > 0
+    for name in ("policy/loss", "policy/pg_loss", "policy/kl", "policy/clip_fraction", "policy/ratio_mean",
+                 "policy/grad_norm"):
+        assert summary["metrics"][name] == pytest.approx(expected[name], rel=1e-4, abs=1e-6), name
+    torch_params = _params(paths.stage(1, "train_policy") / "model")
+    assert torch.allclose(_params(out / "model"), torch_params, atol=1e-5)

@@ -1,0 +1,74 @@
+"""Rollout engines that live across the stages and iterations run by one process, one per model role.
+
+Building a vLLM engine takes from seconds to minutes, so a process keeps one engine per role (policy,
+judge, environment) and hands it the new weights after each update (`load_weights`: in place, with a
+rebuild fallback inside the engine) instead of building a new one every iteration. Before a training
+stage the live engines are put to sleep, so they give their GPU memory to the trainer
+(rollout.vllm.weight_sync = sleep_wake; a no-op otherwise). The transformers engine costs nothing
+to build and holds nothing: it is built per call and never cached.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rla_core.config import Config
+from rla_core.rollout.base import RolloutEngine, get_engine
+from tasks.common import load_model
+
+
+@dataclass
+class _Live:
+    key: tuple
+    engine: RolloutEngine
+    model_dir: Path
+
+
+_LIVE: dict[str, _Live] = {}
+
+
+def _key(cfg: Config, run_root: Path, batch_size: int) -> tuple:
+    # An engine serves one run (its tokenizer) with one engine config; anything else gets a new one.
+    return (cfg.rollout.backend, cfg.rollout.vllm.model_dump_json(), batch_size, str(run_root.resolve()))
+
+
+def engine_for(cfg: Config, run_root: Path, role: str, model_dir: Path, batch_size: int) -> tuple[RolloutEngine, Any]:
+    """(engine sampling from the weights in `model_dir`, tokenizer) for `role`."""
+    model, tokenizer = load_model(model_dir)
+    factory = get_engine(cfg.rollout.backend)
+    if cfg.rollout.backend == "transformers":
+        return factory(model, tokenizer, batch_size=batch_size), tokenizer
+    key, live = _key(cfg, run_root, batch_size), _LIVE.get(role)
+    if live is not None and live.key == key:
+        if Path(model_dir).resolve() != live.model_dir:
+            live.engine.load_weights(model)
+            live.model_dir = Path(model_dir).resolve()
+        return live.engine, tokenizer
+    if live is not None:
+        close_engine(role)
+    engine = factory(model, tokenizer, batch_size=batch_size, vllm=cfg.rollout.vllm, model_dir=model_dir)
+    _LIVE[role] = _Live(key, engine, Path(model_dir).resolve())
+    return engine, tokenizer
+
+
+def sleep_engines() -> None:
+    """Let every live engine release its accelerator memory (before a training update)."""
+    for live in _LIVE.values():
+        getattr(live.engine, "sleep", lambda: None)()
+
+
+def close_engine(role: str) -> None:
+    live = _LIVE.pop(role, None)
+    if live is not None:
+        getattr(live.engine, "close", lambda: None)()
+
+
+def close_engines() -> None:
+    for role in list(_LIVE):
+        close_engine(role)
+
+
+def live_roles() -> dict[str, Path]:
+    """role → the weights its live engine samples from (for tests and logs)."""
+    return {role: live.model_dir for role, live in _LIVE.items()}
