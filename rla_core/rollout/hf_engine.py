@@ -6,6 +6,7 @@ avoids per-call overhead that dominates for tiny models.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -43,7 +44,9 @@ def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, e
     device = next(model.parameters()).device
     ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    # Only the last position's logits are needed: skip the vocabulary projection of the whole prompt.
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep)
     cache, logits = out.past_key_values, out.logits[:, -1, :]
     if params.n > 1:
         cache.batch_repeat_interleave(params.n)

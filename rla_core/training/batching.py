@@ -121,17 +121,48 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+# Causal LMs whose logits are exactly lm_head(last hidden state): no soft-capping or scaling after it.
+_PLAIN_HEAD_TYPES = frozenset({"qwen2", "qwen3", "llama", "mistral"})
+
+
+def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(decoder, lm_head) of a plain HF causal LM, or None (a wrapper such as a DeepSpeed engine, or
+    an architecture whose logits are more than a projection) — then the full forward is used."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in _PLAIN_HEAD_TYPES or not hasattr(model, "get_decoder"):
+        return None
+    head = model.get_output_embeddings()
+    return (model.get_decoder(), head) if head is not None else None
+
+
 def forward_logprobs(model: torch.nn.Module, batch: Batch) -> Tensor:
-    """Per-token log-probs [B, T] of `batch` under `model` (0 outside the response); keeps grad."""
+    """Per-token log-probs [B, T] of `batch` under `model` (0 outside the response); keeps grad.
+
+    For plain causal LMs the vocabulary projection runs only at the positions that predict a response
+    token (t−1 for each response token t), not at every position: responses are a few tokens of rows
+    of hundreds, and the [B, T, V] logits were most of the memory and a large share of the compute.
+    Same numbers as `sequence_logprobs(model(...).logits, ...)` up to float rounding.
+    """
     from rla_core.losses import sequence_logprobs
 
-    outputs = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-    )
-    return sequence_logprobs(outputs.logits, batch.input_ids, batch.response_mask)
+    inputs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                  position_ids=batch.position_ids, use_cache=False)
+    parts = _decoder_and_head(model)
+    if parts is None:
+        return sequence_logprobs(model(**inputs).logits, batch.input_ids, batch.response_mask)
+    decoder, head = parts
+    mask = batch.response_mask.bool()
+    if mask[:, 0].any():
+        raise ValueError("response_mask[:, 0] must be 0: position 0 has no preceding token to predict it")
+    hidden = decoder(**inputs).last_hidden_state
+    predicts = torch.zeros_like(mask)
+    predicts[:, :-1] = mask[:, 1:]  # row-major order of predicts matches that of mask, token by token
+    logits = head(hidden[predicts]).float()  # [N, V], N = response tokens in the batch
+    targets = batch.input_ids[mask]
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    out = torch.zeros(mask.shape, dtype=picked.dtype, device=picked.device)
+    out[mask] = picked
+    return out
 
 
 @torch.no_grad()
