@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -78,8 +79,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     return commands.run(configs, args.overrides, args.out)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM stops like Ctrl-C: flows unwind, and Prefect's ephemeral API server (a child process)
+    # is shut down instead of being left running as an orphan.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     embedded_environment()
+    signal.signal(signal.SIGTERM, _terminate)
     args = _parser().parse_args(argv)
     from flows.commands import USER_ERRORS
 

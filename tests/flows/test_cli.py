@@ -28,3 +28,38 @@ def test_run_without_config_is_refused(capsys):
 def test_ui_without_a_run_is_refused(capsys, tmp_path):
     assert main(["ui", "--run", str(tmp_path)]) == 2
     assert "no MLflow store" in capsys.readouterr().err
+
+
+def test_sigterm_stops_like_ctrl_c_and_leaves_no_prefect_server(tmp_path):
+    """`kill PID` on a running `rla run`: exit 130 with the resume hint, and the ephemeral Prefect API
+    server it started (a child process) is gone too (it used to be left running as an orphan)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    command = [sys.executable, "-m", "flows.cli", "run", "--config", "configs/quickstart.yaml",
+               "--set", f"run.output_dir={tmp_path}", "--set", "run.name=sigterm"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+    try:
+        server = None
+        deadline = time.monotonic() + 180
+        while server is None and time.monotonic() < deadline and proc.poll() is None:
+            server = next((c for c in psutil.Process(proc.pid).children(recursive=True)
+                           if "uvicorn" in " ".join(c.cmdline())), None)
+            time.sleep(0.5)
+        assert server is not None, "the run never started its ephemeral Prefect server"
+        time.sleep(3)  # let the flow get going
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 130, output[-2000:]
+        assert "re-run the same command to continue" in output
+        server.wait(timeout=30)  # raises psutil.TimeoutExpired if the server outlives the run
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
