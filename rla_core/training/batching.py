@@ -112,6 +112,11 @@ def length_sorted_chunks(items: Sequence[T], size: int) -> list[list[T]]:
     return chunked([items[i] for i in order], size)
 
 
+def model_pad_id(model: torch.nn.Module) -> int:
+    """The model's pad token id (config.pad_token_id), 0 when it has none."""
+    return getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """Where inputs go: a wrapper's own `device` (a DeepSpeed engine: its ZeRO-3 parameters may be
     empty placeholders, offloaded to CPU), else the device of the first parameter."""

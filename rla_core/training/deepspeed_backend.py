@@ -34,7 +34,7 @@ from rla_core.config import TrainConfig
 from rla_core.models.factory import atomic_directory
 from rla_core.schemas import TrainingSample
 from rla_core.training.base import Trainer, register_trainer
-from rla_core.training.batching import length_sorted_chunks, response_logprobs
+from rla_core.training.batching import length_sorted_chunks, model_pad_id, response_logprobs
 from rla_core.training.deepspeed_config import deepspeed_config
 from rla_core.training.torch_backend import OPTIMIZER_FILE, Item, ScoredSample, TorchTrainer
 
@@ -104,7 +104,7 @@ class DeepSpeedTrainer(TorchTrainer):
         import deepspeed
         import torch.distributed as dist
 
-        self.pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+        self.pad_id = model_pad_id(model)
         if train_cfg.deepspeed.launcher != "inprocess" and "WORLD_SIZE" not in os.environ:
             warnings.warn(f"train.deepspeed.launcher={train_cfg.deepspeed.launcher} but this process was not "
                           "started by a launcher: training on one in-process rank "
@@ -140,23 +140,13 @@ class DeepSpeedTrainer(TorchTrainer):
         batches = super().minibatches(items, rng_seed)
         return [batch[self.rank :: self.world_size] for batch in batches]
 
-    def score(
-        self, samples: Sequence[TrainingSample], reference_model: torch.nn.Module | None = None
-    ) -> list[ScoredSample]:
-        """Log π_old through the engine (ZeRO-3 gathers weights in forward) and log π_ref, no grad."""
+    def old_logprobs(self, samples: Sequence[TrainingSample]) -> list[torch.Tensor]:
+        """log π_old through the engine (ZeRO-3 gathers weights in forward), no grad."""
         micro = self.train_cfg.micro_batch_size
         # ZeRO-3 forwards are collectives: pad with dummies to the same micro-batch count on all ranks.
         count = self._pad_count(math.ceil(len(samples) / micro)) if self.world_size > 1 else 0
         padding = [_dummy_item(self.pad_id).sample] * max(0, count * micro - len(samples))
-        old = response_logprobs(self.engine, [*samples, *padding], micro, self.pad_id)[: len(samples)]
-        if self.train_cfg.reference == "old":
-            ref = old
-        elif reference_model is None:
-            raise ValueError("train.reference='initial' needs a reference model; none was supplied")
-        else:
-            reference_model.eval()
-            ref = response_logprobs(reference_model, samples, micro, self.pad_id)
-        return [ScoredSample(s, o, r) for s, o, r in zip(samples, old, ref, strict=True)]
+        return response_logprobs(self.engine, [*samples, *padding], micro, self.pad_id)[: len(samples)]
 
     def accumulate_gradients(self, minibatch: Sequence[ScoredSample]) -> dict[str, float]:
         """Backward this rank's share of one global mini-batch of M samples (see the module docstring).

@@ -19,12 +19,9 @@ from rla_core.training.batching import (
     length_sorted_chunks,
     model_device,
     model_max_positions,
+    model_pad_id,
     response_logprobs,
 )
-
-
-def _pad_id(model: torch.nn.Module) -> int:
-    return getattr(getattr(model, "config", None), "pad_token_id", None) or 0
 
 
 def _batch_indices(count: int, batch_size: int, generator: torch.Generator) -> Iterator[list[int]]:
@@ -44,7 +41,7 @@ def _accumulate_nll(model: torch.nn.Module, batch: Sequence[SequencePair], micro
     is the batch mean's gradient whatever the split.
     """
     total_tokens = sum(len(pair.response_ids) for pair in batch)
-    device, pad_id = model_device(model), _pad_id(model)
+    device, pad_id = model_device(model), model_pad_id(model)
     value = 0.0
     for micro in length_sorted_chunks(batch, micro_batch_size):
         collated = collate(micro, pad_id).to(device)
@@ -106,7 +103,7 @@ def supervised_finetune(
 
 def response_nll(model: torch.nn.Module, pairs: Sequence[SequencePair], micro_batch_size: int = 32) -> float:
     """Mean response-token NLL of `pairs` under `model` (no grad), in nats per token."""
-    token_logprobs = response_logprobs(model, pairs, micro_batch_size, _pad_id(model))
+    token_logprobs = response_logprobs(model, pairs, micro_batch_size, model_pad_id(model))
     total = sum(float(values.sum()) for values in token_logprobs)
     count = sum(values.numel() for values in token_logprobs)
     return -total / max(count, 1)

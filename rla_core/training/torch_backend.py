@@ -35,6 +35,7 @@ from rla_core.training.batching import (
     length_sorted_chunks,
     model_device,
     model_max_positions,
+    model_pad_id,
     place_on_responses,
     response_logprobs,
 )
@@ -78,7 +79,7 @@ class TorchTrainer(Trainer):
         optimizer_state_path: str | os.PathLike | None = None,
     ) -> None:
         super().__init__(model, train_cfg, lr, optimizer_state_path)
-        self.pad_id = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
+        self.pad_id = model_pad_id(model)
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
             lr=lr,
@@ -92,7 +93,7 @@ class TorchTrainer(Trainer):
     ) -> list[ScoredSample]:
         """Attach log π_old (this model, now) and log π_ref to each sample; no grad."""
         micro = self.train_cfg.micro_batch_size
-        old = response_logprobs(self.model, samples, micro, self.pad_id)
+        old = self.old_logprobs(samples)
         if self.train_cfg.reference == "old":
             ref = old
         elif reference_model is None:
@@ -101,6 +102,10 @@ class TorchTrainer(Trainer):
             reference_model.eval()
             ref = response_logprobs(reference_model, samples, micro, self.pad_id)
         return [ScoredSample(s, o, r) for s, o, r in zip(samples, old, ref, strict=True)]
+
+    def old_logprobs(self, samples: Sequence[TrainingSample]) -> list[Tensor]:
+        """log π_old of each sample's response tokens: the model being trained, as it is now."""
+        return response_logprobs(self.model, samples, self.train_cfg.micro_batch_size, self.pad_id)
 
     def minibatches(self, items: Sequence[Item], rng_seed: int) -> list[list[Item]]:
         """Shuffle with `rng_seed`, then disjoint mini-batches, at most max_optimizer_steps of them."""
