@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rla_core.config import ConfigError
-from tasks.object_store import open_store
+from tasks.object_store import fetch_done, open_store
 from tasks.paths import STAGES, RunPaths, run_config
 from tasks.storage import done_summary, is_done
 
@@ -40,7 +40,9 @@ class StageRunner:
     def __call__(self, stage: str, local: Callable[[str, int], dict]) -> dict:
         """Run `stage`: `local(run_dir, iteration)` here, or a flow run of the GPU deployment (unless
         the stage is already done here: a resumed iteration starts no GPU run to skip it)."""
-        if stage in self.routed and not is_done(RunPaths.of(self.run_dir).stage(self.iteration, stage)):
+        # fetch_done: a stage finished on another machine (storage.backend=s3) is not routed again.
+        out_dir = RunPaths.of(self.run_dir).stage(self.iteration, stage)
+        if stage in self.routed and not fetch_done(self.run_dir, out_dir):
             return run_routed(self.deployment, self.run_dir, self.iteration, stage)
         return local(self.run_dir, self.iteration)
 
