@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     with_config("bootstrap", "supervised warm-start of policy and judge + baseline evaluation (DVC stage)")
     evaluate = with_config("eval", "evaluate a run's latest (or given) policy and judge on held-out tasks")
     evaluate.add_argument("--iteration", type=int, default=None, help="default: the latest completed")
+    data = sub.add_parser("data", help="build the fixed held-out/dev task files and judge benchmarks (data/)")
+    data.add_argument("action", choices=["build"])
+    data.add_argument("--config", action="append", default=None, help="YAML override file (default: quickstart)")
+    data.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    data.add_argument("--out", default=None, help="output folder (default: data/<environment name>)")
     ui = sub.add_parser("ui", help="start the MLflow UI for a run on 127.0.0.1")
     ui.add_argument("--run", default="runs/quickstart", help="run folder (holds mlflow.db)")
     ui.add_argument("--port", type=int, default=5000)
@@ -67,6 +72,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.deploy(args.gpu_pool_type, args.gpu_slots, args.names)
     if args.command == "worker":
         return commands.worker(args.pool, args.limit, args.name)
+    if args.command == "data":
+        return commands.build_data(args.config or [str(QUICKSTART)], args.overrides, args.out)
     configs = args.config or ([str(QUICKSTART)] if args.command == "quickstart" else [])
     if args.command != "quickstart" and not configs:
         raise ValueError(f"rla {args.command} needs --config FILE")

@@ -9,7 +9,7 @@ import sys
 from flows.deploy import CommandFailed
 from rla_core.config import ConfigError, load_config
 from rla_core.envs.base import SpecError
-from tasks.paths import RunPaths
+from tasks.paths import RunPaths, run_config
 from tasks.storage import done_summary, is_done, write_text
 
 try:
@@ -102,6 +102,30 @@ def evaluate(configs: list[str], overrides: list[str], iteration: int | None, ou
     return 0
 
 
+def build_data(configs: list[str], overrides: list[str], out: str | None) -> int:
+    """Task files first (the warm-start must not train on them), then the warm-start of the config's
+    run seed in a run of its own, then the judge benchmarks from its policy, then the manifest."""
+    from pathlib import Path
+
+    from flows.train import prepare as prepare_flow
+    from rla_core.config import PROJECT_ROOT
+    from tasks import datasets
+
+    cfg = load_config(configs, overrides)
+    folder = Path(out) if out else PROJECT_ROOT / "data" / cfg.environment.name
+    folder.mkdir(parents=True, exist_ok=True)
+    tasks = datasets.build_task_files(cfg, folder)
+    print(f"task files: {', '.join(str(p) for p in tasks.values())}")
+    build = [f"run.name={cfg.run.name}-data-build", "eval.judge_benchmark=null",
+             f"environment.heldout_file={tasks['heldout']}", f"environment.reserved_files=[{tasks['dev']}]"]
+    run_dir = prepare_flow(configs, overrides + build)["run_dir"]
+    files = {**tasks, **datasets.build_benchmarks(load_config(configs, overrides + build), run_dir, tasks, folder)}
+    command = "rla data build " + " ".join([f"--config {c}" for c in configs] + [f"--set {o}" for o in overrides])
+    manifest = datasets.write_manifest(folder, files, command, Path(run_dir).name)
+    print(json.dumps(manifest, indent=2))
+    return 0
+
+
 def deploy(gpu_type: str, gpu_slots: int | None, names: list[str] | None) -> int:
     """Create the work pools when missing, then deploy prefect.yaml to the configured Prefect server."""
     from flows import deploy as ops
@@ -119,6 +143,19 @@ def worker(pool: str, limit: int | None, name: str | None) -> int:
     return 0
 
 
+def _ui_link(paths: RunPaths, port: int) -> str:
+    """The run's experiment on its runs table: MLflow 3's UI opens experiments on its GenAI pages unless
+    the link asks for the machine-learning workflow."""
+    from tasks.tracking import Tracker, experiment_ui_url
+
+    base = f"http://127.0.0.1:{port}"
+    try:
+        experiment = Tracker(paths.root, run_config(paths.root).tracking).experiment_id
+    except (FileNotFoundError, ConfigError):  # a store without its run config: the UI's home page
+        return base
+    return experiment_ui_url(base, experiment)
+
+
 def ui(run_dir: str, port: int) -> int:
     """Start `mlflow ui` on 127.0.0.1 for the run's sqlite store; Ctrl-C stops it (by its PID)."""
     paths = RunPaths.of(run_dir)
@@ -127,7 +164,7 @@ def ui(run_dir: str, port: int) -> int:
         raise FileNotFoundError(f"no MLflow store at {db}; run `rla quickstart` or `rla run` first")
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{db}",
            "--host", "127.0.0.1", "--port", str(port)]
-    print(f"MLflow UI on http://127.0.0.1:{port}  (Ctrl-C to stop)")
+    print(f"MLflow UI on {_ui_link(paths, port)}  (Ctrl-C to stop)")
     process = subprocess.Popen(cmd)
     try:
         return process.wait()

@@ -15,6 +15,18 @@ class ConfigError(ValueError):
     """A config key or value is invalid; the message names the key."""
 
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def resolve_data_path(path: str | Path) -> Path:
+    """A data file named in a config: absolute, else relative to the working directory when it exists
+    there, else relative to the project root (so `data/household/heldout.jsonl` works from anywhere)."""
+    path = Path(path)
+    if path.is_absolute() or path.exists():
+        return path.resolve()
+    return PROJECT_ROOT / path
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -50,7 +62,12 @@ class RunConfig(_Section):
 class EnvironmentConfig(_Section):
     name: str = "household"
     train_slots: int = Field(64, gt=0, description="seed slots in the task store")
-    heldout_tasks: int = Field(200, gt=0, description="held-out tasks, never trained on")
+    heldout_tasks: int = Field(200, gt=0, description="held-out tasks generated from the run seed (no heldout_file)")
+    heldout_file: str | None = Field(
+        None, description="JSONL of held-out tasks (e.g. data/household/heldout.jsonl), the same for every run "
+        "and seed; None = generate heldout_tasks from the run seed")
+    reserved_files: list[str] = Field(
+        default_factory=list, description="other task files (e.g. a dev split) whose games are never trained on")
     knobs: dict[str, Any] = Field(default_factory=dict, description="seed difficulty knobs (env-specific)")
     adapt: bool = Field(True, description="environment adaptation on/off (ablation switch)")
     alpha_low: float = Field(0.2, ge=0, le=1)
@@ -139,7 +156,8 @@ class TrainConfig(_Section):
     reference: Literal["old", "initial"] = "old"
     minibatch_size: int = Field(256, gt=0, description="samples per optimizer step")
     micro_batch_size: int = Field(64, gt=0, description="samples per forward; GAS = ceil(mini/micro)")
-    max_optimizer_steps: int = Field(4, gt=0, description="cap on optimizer steps per model per iteration")
+    max_optimizer_steps: int | None = Field(
+        None, gt=0, description="cap on optimizer steps per model per iteration; None = one pass over all samples")
     grad_clip: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
 
@@ -157,6 +175,10 @@ class EvalConfig(_Section):
     episodes_per_task: int = Field(1, gt=0)
     temperature: float = Field(0.0, ge=0, description="0 = greedy")
     judge_m: int = Field(1, gt=0, description="judge samples per held-out step (p+/p- are per sample)")
+    judge_benchmark: str | None = Field(
+        None, description="JSONL of fixed oracle-labelled steps (e.g. data/household/judge_benchmark.jsonl) "
+        "scored at every evaluation; None = no benchmark")
+    benchmark_m: int = Field(2, gt=0, description="judge samples per benchmark step")
 
 
 class TrackingConfig(_Section):

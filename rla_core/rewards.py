@@ -20,6 +20,7 @@ import numpy as np
 from rla_core.schemas import JudgedStep, Trajectory, TrainingSample
 
 STD_EPS = 1e-8  # a group whose population std is at or below this gets advantage 0
+ZERO_ADVANTAGE = 1e-9  # |Â| at or below this is zero: a value equal to its group mean leaves ~1e-16 residue
 FORMAT_PENALTY = -2.0  # raw reward of a judge sample whose verdict did not parse
 
 
@@ -162,7 +163,8 @@ def policy_samples(
     """One policy TrainingSample per step of tasks with mixed outcomes, advantage from `step_advantages`.
 
     The sample carries the step's exact generated `prompt_ids` / `response_ids`; samples whose
-    advantage is exactly 0 are dropped (no gradient, only cost).
+    advantage is zero (|Â| ≤ 1e-9: float residue of a value equal to its group mean) are dropped (no
+    gradient, only cost).
     """
     groups = group_by_task(trajectories)
     kept = [t for group in groups.values() if has_mixed_outcomes(group) for t in group]
@@ -173,7 +175,7 @@ def policy_samples(
         for step in trajectory.steps:
             key = StepKey(trajectory.task_id, trajectory.sample_index, step.index)
             advantage = advantages[key]
-            if advantage == 0.0:
+            if abs(advantage) <= ZERO_ADVANTAGE:
                 continue
             samples.append(
                 TrainingSample(
@@ -208,7 +210,7 @@ def judge_samples(
 
     For judged step (j, i) and judge sample l: raw_l = R_ji · S_jil if S_jil ∈ {±1}, else −2 (format
     penalty). Advantage = population z-score of raw over the m samples of that step; a step whose raw
-    values have std ≤ 1e-8 is skipped; samples with advantage exactly 0 are dropped. The sample carries
+    values have std ≤ 1e-8 is skipped; samples with zero advantage (|Â| ≤ 1e-9) are dropped. The sample carries
     the judge sample's own generated ids and `judge_sample = l`.
     """
     accuracy = task_accuracy(trajectories)
@@ -230,7 +232,7 @@ def judge_samples(
             skipped += 1
             continue
         for index, (sample, advantage) in enumerate(zip(judged_step.samples, advantages)):
-            if advantage == 0.0:
+            if abs(advantage) <= ZERO_ADVANTAGE:
                 continue
             samples.append(
                 TrainingSample(

@@ -85,6 +85,49 @@ class TrainingSample(_Record):
     judge_sample: int | None = None  # l, for reward-model samples
 
 
+class RejectedAction(_Record):
+    """One distinct action that every judge sample rejected in some failed run of a task."""
+
+    action: str  # the admissible command, or NO_ACTION when the response did not parse
+    count: int  # steps with this action rejected by every judge sample
+    runs: int  # failed runs in which that happened
+    rationale: str = ""  # the judge's most frequent rationale for it ("" when it wrote none)
+
+
+NO_ACTION = "<no valid action>"
+
+
+class CriticFeedback(_Record):
+    """What went wrong in the failed runs of ONE task, for the environment model (DESIGN §2.2 step 5).
+
+    The critic writes it and every rewriter reads it: the procedural rewriter reads `actions`, an LLM
+    rewriter reads `render()`. Actions are ordered by how often they were rejected.
+    """
+
+    trajectories: int = 0
+    failed: int = 0
+    rejected_steps: int = 0  # steps of failed runs that every judge sample rejected
+    actions: list[RejectedAction] = Field(default_factory=list)
+    omitted: int = 0  # distinct rejected actions beyond `actions`
+
+    def render(self, max_chars: int = 1500) -> str:
+        """The prose summary: a header line, then one line per rejected action, cut at `max_chars`."""
+        if not self.failed:
+            return "No failed trajectories."
+        header = f"Failed trajectories: {self.failed} of {self.trajectories}."
+        if not self.actions:
+            return header + " No step was rejected by every judge sample."
+        distinct = len(self.actions) + self.omitted
+        lines = [header + f" Steps rejected by every judge sample: {self.rejected_steps} ({distinct} distinct actions)."]
+        for item in self.actions:
+            line = f'- "{item.action}" rejected {item.count}x in {item.runs} failed run{"s" if item.runs != 1 else ""}'
+            lines.append(line + (f'; judge: "{item.rationale}"' if item.rationale else ""))
+        if self.omitted:
+            lines.append(f"({self.omitted} more rejected actions not shown)")
+        text = "\n".join(lines)
+        return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
+
+
 class TaskRecordEvent(_Record):
     """One entry of a slot's history: an accepted version, with who/when/why."""
 
@@ -92,7 +135,8 @@ class TaskRecordEvent(_Record):
     task_id: str
     iteration: int
     source: str  # "seed" or the rewriter name
-    reason: str = ""
+    reason: str = ""  # the rewriter's own reason (e.g. the knob it turned and the evidence)
+    feedback: CriticFeedback | None = None  # the critic feedback the rewrite was made from
     direction: Direction | None = None
     acc_before: float | None = None
     acc_after: float | None = None
@@ -104,7 +148,8 @@ class PendingCandidate(_Record):
     created_iteration: int
     prev_acc: float  # accuracy of the version it was derived from
     source: str
-    feedback: str = ""
+    reason: str = ""
+    feedback: CriticFeedback = Field(default_factory=CriticFeedback)
 
 
 class Slot(_Record):

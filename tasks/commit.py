@@ -8,12 +8,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from rla_core.config import Config
-from rla_core.schemas import JudgedStep, Trajectory
 from tasks.common import resumable
 from tasks.object_store import dvc_remote_options
-from tasks.paths import COMPLETE, RunPaths
-from tasks.storage import done_summary, read_json, read_records, write_text
-from tasks.tracking import format_samples
+from tasks.paths import COMPLETE, RunPaths, run_config
+from tasks.report import iteration_report, render_html, render_text
+from tasks.storage import done_summary, read_json, write_text
 from tasks.tracking_tasks import tracker_for
 from tasks.versioning import data_version, init_run_repo, track
 
@@ -29,10 +28,11 @@ def versioned_paths(paths: RunPaths, k: int) -> list[Path]:
 
 
 def log_artifacts(paths: RunPaths, k: int) -> None:
+    """The iteration's trajectory report (text + HTML) and task-store diff/report on its MLflow run."""
     tracker = tracker_for(str(paths.root))
-    trajectories = read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
-    judged = read_records(paths.stage(k, "judge") / "judged.jsonl", JudgedStep)
-    tracker.log_text(format_samples(trajectories, judged), "samples/trajectories.txt", iteration=k)
+    report = iteration_report(paths, k, run_config(paths.root).reward.step_weight)
+    tracker.log_text(render_text(report), "samples/trajectories.txt", iteration=k)
+    tracker.log_text(render_html(report), "samples/trajectories.html", iteration=k)
     tracker.log_dict(read_json(paths.stage(k, "adapt") / "diff.json"), "task_store/diff.json", iteration=k)
     tracker.log_dict(read_json(paths.stage(k, "adapt") / "report.json"), "task_store/report.json", iteration=k)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from rla_core.adaptation.cycle import adapt
+from rla_core.adaptation.cycle import AdaptReport, adapt
 from rla_core.adaptation.store import TaskStore
 from rla_core.config import Config
 from rla_core.envs.base import get_environment
@@ -25,7 +25,7 @@ from tasks.common import progress_bar, resumable, stage_seed
 from tasks.engines import engine_for
 from tasks.paths import RunPaths
 from tasks.rewriting import make_rewrite
-from tasks.storage import read_json, read_records, write_json, write_records
+from tasks.storage import read_records, write_json, write_records, write_text
 
 STAGE = dict(cache_policy=NO_CACHE, persist_result=False)
 
@@ -97,7 +97,7 @@ def adapt_environment(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     new_store, report, metrics = adapt(store, trajectories, judged, k, env.alpha_low, env.alpha_high, rewrite,
                                        env.rewriter, random.Random(stage_seed(cfg, k, "adapt")))
     new_store.save(out / "store")
-    write_json(out / "report.json", vars(report))
+    write_text(out / "report.json", report.model_dump_json(indent=2) + "\n")
     write_json(out / "diff.json", store.diff(new_store))
     counts = {f"env/{name}": float(value) for name, value in new_store.counts().items()}
     return {"metrics": {**metrics, **counts}, "rejected": report.rejected}
@@ -107,7 +107,7 @@ def adapt_environment(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 @resumable("data")
 def build_data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Policy samples (mixed-outcome tasks) and judge samples (in-band tasks); rejected candidates excluded."""
-    rejected = set(read_json(paths.stage(k, "adapt") / "report.json")["rejected"])
+    rejected = set(read_adapt_report(paths, k).rejected)
     trajectories = [t for t in read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
                     if t.task_id not in rejected]
     judged = [j for j in read_records(paths.stage(k, "judge") / "judged.jsonl", JudgedStep)
@@ -118,6 +118,10 @@ def build_data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     write_records(out / "policy.jsonl", policy)
     write_records(out / "judge.jsonl", judge_data)
     return {"metrics": {f"data/{n}": v for n, v in {**policy_metrics, **judge_metrics}.items()}}
+
+
+def read_adapt_report(paths: RunPaths, k: int) -> AdaptReport:
+    return AdaptReport.model_validate_json((paths.stage(k, "adapt") / "report.json").read_text())
 
 
 def load_batch(paths: RunPaths, k: int, role: str) -> list[TrainingSample]:

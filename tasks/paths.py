@@ -40,6 +40,16 @@ class RunPaths:
         return self.root / "seed" / "heldout.jsonl"
 
     @property
+    def judge_benchmark(self) -> Path:
+        """The run's copy of the fixed judge benchmark (eval.judge_benchmark), when configured."""
+        return self.root / "seed" / "judge_benchmark.jsonl"
+
+    @property
+    def reserved(self) -> Path:
+        """Content hashes of the games no training may play (held-out and reserved task files)."""
+        return self.root / "seed" / "reserved.json"
+
+    @property
     def init_models(self) -> Path:
         return self.root / "models" / "init"
 

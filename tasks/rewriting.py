@@ -9,11 +9,11 @@ import random
 from pathlib import Path
 
 from rla_core.adaptation.cycle import Rewrite
-from rla_core.adaptation.rewriters import get_rewriter
+from rla_core.adaptation.rewriters import RewriteResult, get_rewriter
 from rla_core.config import Config
 from rla_core.envs.base import get_environment
 from rla_core.rollout.base import SamplingParams
-from rla_core.schemas import Task
+from rla_core.schemas import CriticFeedback, Direction, Task
 from tasks.engines import engine_for
 from tasks.paths import RunPaths
 
@@ -33,15 +33,13 @@ def _llm_generate(cfg: Config, paths: RunPaths):
 
 
 def make_rewrite(cfg: Config, paths: RunPaths) -> Rewrite:
+    """The configured rewriter as the adaptation cycle's callable; validation uses the episode horizon."""
     env = cfg.environment
     generate = _llm_generate(cfg, paths) if env.rewriter == "llm" else None
     rewriter = get_rewriter(env.rewriter, generate=generate)
     family = get_environment(env.name)
 
-    def rewrite(task: Task, direction: str, feedback: str, rng: random.Random) -> tuple[Task | None, list[str]]:
-        candidate, _, attempts = rewriter.rewrite(task, direction, feedback, env.attempts, rng, family)
-        log = [f"{task.task_id} {direction} attempt {a.attempt}: "
-               + (f"ok ({a.reason})" if a.ok else f"failed ({a.error})") for a in attempts]
-        return candidate, log
+    def rewrite(task: Task, direction: Direction, feedback: CriticFeedback, rng: random.Random) -> RewriteResult:
+        return rewriter.rewrite(task, direction, feedback, env.attempts, rng, family, horizon=cfg.rollout.max_steps)
 
     return rewrite

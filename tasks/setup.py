@@ -11,8 +11,9 @@ from prefect.cache_policies import NO_CACHE
 from rla_core.adaptation.rewriters import spec_hash
 from rla_core.adaptation.store import TaskStore
 from rla_core.bootstrap import balance, judge_pairs, oracle_walk, policy_pairs
-from rla_core.config import Config
-from rla_core.envs.base import EnvironmentFamily, get_environment
+from rla_core.config import Config, resolve_data_path
+from rla_core.envs.base import EnvironmentFamily, SpecError, get_environment
+from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.models.factory import build_or_load, save_pretrained
 from rla_core.models.tokenizer import train_tokenizer
 from rla_core.schemas import Task
@@ -20,7 +21,7 @@ from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model
 from tasks.object_store import fetch_done, publish
 from tasks.paths import RunPaths, run_config
-from tasks.storage import mark_done, read_records, write_records
+from tasks.storage import mark_done, read_json, read_records, write_json, write_records
 
 SETUP = dict(cache_policy=NO_CACHE, persist_result=False)
 WALK_NOISE = 0.25  # random actions in policy demonstrations, so the policy sees recovery states
@@ -33,47 +34,88 @@ class Pair:
 
 
 def generate_tasks(family: EnvironmentFamily, knobs: dict, count: int, rng: random.Random, prefix: str,
-                   exclude: set[str]) -> list[Task]:
-    """`count` distinct valid tasks whose spec hashes are not in `exclude`."""
+                   exclude: set[str], horizon: int | None = None) -> list[Task]:
+    """`count` valid tasks, playable within `horizon` turns, whose games (content hashes) differ from
+    each other and from `exclude`."""
     tasks, seen = [], set(exclude)
     while len(tasks) < count:
-        spec = family.validate(family.generate(knobs, rng))
-        digest = spec_hash(spec)
-        if digest in seen:
+        spec = family.validate(family.generate(knobs, rng, horizon=horizon), horizon)
+        content = family.content_hash(spec)
+        if content in seen:
             continue
-        seen.add(digest)
+        seen.add(content)
         slot = f"{prefix}{len(tasks):04d}"
-        tasks.append(Task(task_id=f"{slot}-v0-{digest}", slot_id=slot, env=family.name, spec=spec,
+        tasks.append(Task(task_id=f"{slot}-v0-{spec_hash(spec)}", slot_id=slot, env=family.name, spec=spec,
                           difficulty=family.difficulty(spec)))
     return tasks
 
 
+def load_task_file(path: str, family: EnvironmentFamily, horizon: int) -> list[Task]:
+    """Tasks of a shipped task file, each re-validated for this environment and horizon."""
+    resolved = resolve_data_path(path)
+    if not resolved.is_file():
+        raise FileNotFoundError(f"task file not found: {path} (looked at {resolved})")
+    tasks = read_records(resolved, Task)
+    for line, task in enumerate(tasks, start=1):
+        if task.env != family.name:
+            raise ValueError(f"{resolved}:{line}: task {task.task_id} is for '{task.env}', not '{family.name}'")
+        try:
+            family.validate(task.spec, horizon)
+        except SpecError as err:
+            raise SpecError(f"{resolved}:{line}: task {task.task_id}: {err}") from None
+    return tasks
+
+
+def load_benchmark_file(path: str) -> list[BenchmarkStep]:
+    resolved = resolve_data_path(path)
+    if not resolved.is_file():
+        raise FileNotFoundError(f"judge benchmark not found: {path} (looked at {resolved})")
+    return read_records(resolved, BenchmarkStep)
+
+
+def heldout_tasks(cfg: Config, family: EnvironmentFamily) -> list[Task]:
+    """The run's held-out tasks: the shipped file when configured (the same for every seed), else
+    generated from the run seed."""
+    env, horizon = cfg.environment, cfg.rollout.max_steps
+    if env.heldout_file:
+        return load_task_file(env.heldout_file, family, horizon)
+    return generate_tasks(family, env.knobs, env.heldout_tasks, random.Random(f"{cfg.run.seed}/heldout"),
+                          "heldout", set(), horizon)
+
+
 @task(name="seed-tasks", **SETUP)
 def seed_tasks(run_dir: str) -> dict:
-    """The seed task store (train slots) and the held-out tasks, disjoint by spec."""
+    """The seed task store (train slots) and the held-out tasks, disjoint by game content.
+
+    Games of the held-out tasks and of `environment.reserved_files` (e.g. a dev split) are recorded in
+    seed/reserved.json: no seed slot and no warm-start demonstration may play one of them.
+    """
     paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
     if fetch_done(run_dir, paths.seed_store.parent):
         return {"resumed": True}
-    family = get_environment(cfg.environment.name)
-    knobs = cfg.environment.knobs
-    train = generate_tasks(family, knobs, cfg.environment.train_slots, random.Random(f"{cfg.run.seed}/train"),
-                           "slot", set())
-    heldout = generate_tasks(family, knobs, cfg.environment.heldout_tasks,
-                             random.Random(f"{cfg.run.seed}/heldout"), "heldout",
-                             {t.task_id.rsplit("-", 1)[1] for t in train})
+    family, horizon = get_environment(cfg.environment.name), cfg.rollout.max_steps
+    heldout = heldout_tasks(cfg, family)
+    reserved = {family.content_hash(t.spec) for t in heldout}
+    for path in cfg.environment.reserved_files:
+        reserved |= {family.content_hash(t.spec) for t in load_task_file(path, family, horizon)}
+    train = generate_tasks(family, cfg.environment.knobs, cfg.environment.train_slots,
+                           random.Random(f"{cfg.run.seed}/train"), "slot", reserved, horizon)
     TaskStore.from_seed(train).save(paths.seed_store)
     write_records(paths.heldout, heldout)
-    mark_done(paths.seed_store.parent, {"train": len(train), "heldout": len(heldout)})
+    write_json(paths.reserved, sorted(reserved))
+    if cfg.eval.judge_benchmark:
+        write_records(paths.judge_benchmark, load_benchmark_file(cfg.eval.judge_benchmark))
+    mark_done(paths.seed_store.parent, {"train": len(train), "heldout": len(heldout), "reserved": len(reserved)})
     publish(run_dir, paths.seed_store.parent)
     return {"train": len(train), "heldout": len(heldout)}
 
 
 def demo_walks(cfg: Config, paths: RunPaths, count: int, noise: float, stream: str) -> list:
-    """Oracle walks on fresh tasks that share no spec with the held-out set."""
+    """Oracle walks on fresh tasks that share no game with the held-out and reserved tasks."""
     family = get_environment(cfg.environment.name)
-    heldout = {t.task_id.rsplit("-", 1)[1] for t in read_records(paths.heldout, Task)}
+    reserved = set(read_json(paths.reserved))
     rng = random.Random(f"{cfg.run.seed}/{stream}")
-    tasks = generate_tasks(family, cfg.environment.knobs, count, rng, "demo", heldout)
+    tasks = generate_tasks(family, cfg.environment.knobs, count, rng, "demo", reserved, cfg.rollout.max_steps)
     return [oracle_walk(family, t, noise, rng) for t in tasks]
 
 

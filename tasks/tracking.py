@@ -35,7 +35,6 @@ from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 
 from rla_core.config import Config, TrackingConfig, config_to_yaml  # noqa: E402
-from rla_core.schemas import JudgedStep, Trajectory  # noqa: E402
 from tasks import storage  # noqa: E402
 from tasks.storage import json_safe  # noqa: E402
 
@@ -51,6 +50,13 @@ RUN_ID_FILE = "mlflow_run_id.txt"
 LOCK_FILE = ".mlflow.lock"
 ITERATION_TAG = "rla.iteration"
 PARENT_TAG = "mlflow.parentRunId"
+# Older MLflow 3 UIs read this experiment tag to choose the page an experiment opens on;
+# without it the experiment is treated as GenAI (traces landing page), not classic ML (runs table).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the UI's ExperimentKind.CUSTOM_MODEL_DEVELOPMENT
+# MLflow 3.17's UI ignores that tag for the landing page: it follows the `workflowType` URL query
+# (else the browser's last choice, default GenAI), so links to the UI carry this query.
+ML_WORKFLOW_QUERY = "workflowType=machine_learning"
 CHECKPOINT_EXCLUDE = ("optimizer.pt",)  # resume state, versioned by DVC, not needed to serve a model
 _MAX_PARAM_VALUE = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
 _BATCH = 100  # params/tags per log_batch call
@@ -69,6 +75,11 @@ def _artifact_location(tracking_uri: str) -> str | None:
     if tracking_uri.startswith("sqlite:///"):
         return (Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / "mlartifacts").as_uri()
     return None
+
+
+def experiment_ui_url(base_url: str, experiment_id: str) -> str:
+    """Link that opens experiment `experiment_id` of the MLflow UI at `base_url` on its runs table."""
+    return f"{base_url.rstrip('/')}/#/experiments/{experiment_id}?{ML_WORKFLOW_QUERY}"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -110,13 +121,18 @@ class Tracker:
     # --- runs -------------------------------------------------------------------------------
 
     def _experiment(self) -> str:
+        """Id of `config.experiment` (created, or restored if deleted), tagged as a classic-ML
+        experiment; an existing experiment without the tag gets it, so older stores are fixed too."""
         name = self.config.experiment
         found = self.client.get_experiment_by_name(name)
         if found is None:
             location = self.config.artifact_location or _artifact_location(self.tracking_uri)
-            return self.client.create_experiment(name, artifact_location=location)
+            return self.client.create_experiment(name, artifact_location=location,
+                                                 tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         if found.lifecycle_stage == "deleted":
             self.client.restore_experiment(found.experiment_id)
+        if EXPERIMENT_KIND_TAG not in found.tags:
+            self.client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return found.experiment_id
 
     def _parent_run(self) -> str:
@@ -345,19 +361,3 @@ def _client_and_run(run: str | Path, tracking_uri: str | None) -> tuple[MlflowCl
     if tracking_uri is None:
         raise ValueError(f"{run!s}: not a run folder with {RUN_ID_FILE}; pass tracking_uri with a run id")
     return MlflowClient(tracking_uri, tracking_uri), str(run)
-
-
-def format_samples(trajectories: Sequence[Trajectory], judged: Sequence[JudgedStep], limit: int = 4) -> str:
-    """Readable text of a few trajectories with each step's judge verdicts, for `log_text`."""
-    verdicts = {(j.task_id, j.sample_index, j.step_index): j for j in judged}
-    lines: list[str] = []
-    for trajectory in trajectories[:limit]:
-        outcome = "success" if trajectory.success else "failure"
-        lines += [f"=== {trajectory.task_id} #{trajectory.sample_index} ({outcome})", f"goal: {trajectory.goal}"]
-        for step in trajectory.steps:
-            step_judged = verdicts.get((trajectory.task_id, trajectory.sample_index, step.index))
-            votes = [s.verdict for s in step_judged.samples] if step_judged else []
-            lines.append(f"[{step.index}] {step.response_text!r} -> {step.action} | judge {votes}"
-                         f" | oracle {step.oracle_good}")
-            lines.append(f"    obs: {step.observation}")
-    return "\n".join(lines) + "\n"

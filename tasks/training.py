@@ -10,11 +10,13 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from rla_core.config import Config, TrainConfig
+from rla_core.judge.benchmark import BenchmarkStep, score_benchmark
+from rla_core.rollout.base import SamplingParams
 from rla_core.rollout.runner import rollout_metrics
 from rla_core.schemas import Task
 from rla_core.training.base import get_trainer
-from tasks.common import load_model, resumable, stage_seed
-from tasks.engines import sleep_engines
+from tasks.common import load_model, progress_bar, resumable, stage_seed
+from tasks.engines import engine_for, sleep_engines
 from tasks.iteration import judge_all, load_batch, rollout_tasks
 from tasks.paths import RunPaths, run_config
 from tasks.storage import read_records, write_json, write_records
@@ -86,7 +88,8 @@ def train_judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 
 def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
                     seed: int) -> dict[str, float]:
-    """Held-out success rate of a policy (greedy by default) and p₊/p₋ of a judge on those episodes."""
+    """Held-out success rate of a policy (greedy by default), p₊/p₋ of a judge on those episodes
+    (`heldout/judge_*`, a moving target), and the judge on the fixed benchmark steps (`bench/*`)."""
     tasks = read_records(paths.heldout, Task)
     trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.episodes_per_task,
                                     cfg.eval.temperature, seed, "held-out eval")
@@ -95,7 +98,21 @@ def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: P
     metrics = {f"heldout/{n}": v for n, v in rollout_metrics(trajectories).items()}
     metrics.update({f"heldout/judge_{n}": v for n, v in judge_metrics.items()})
     metrics["heldout/episodes"] = float(len(trajectories))
+    if paths.judge_benchmark.is_file():
+        metrics.update({f"bench/{n}": v for n, v in score_judge_benchmark(paths, cfg, judge_dir, out, seed).items()})
     write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def score_judge_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, out: Path, seed: int) -> dict[str, float]:
+    """eval.benchmark_m verdicts of the judge in `judge_dir` on every step of the run's judge benchmark."""
+    steps = read_records(paths.judge_benchmark, BenchmarkStep)
+    engine, tokenizer = engine_for(cfg, paths.root, "judge", judge_dir, cfg.judge.batch_size)
+    params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
+    with progress_bar(len(steps) * cfg.eval.benchmark_m, "judge benchmark", unit="verdict") as bar:
+        verdicts, metrics = score_benchmark(engine, tokenizer, steps, cfg.eval.benchmark_m, params,
+                                            cfg.rollout.history_turns, progress=bar.update)
+    write_json(out / "benchmark_verdicts.json", {s.step_id: v for s, v in zip(steps, verdicts)})
     return metrics
 
 

@@ -2,8 +2,8 @@
 
 From the failed trajectories of one task, collect the steps that ALL m judge samples rejected
 (verdict −1), with the action taken and the judge's rationale (its text before `\\boxed`), and
-summarise them: repeated actions are counted, the most frequent ones are listed first, the text is
-capped. The output is deterministic for the same input.
+summarise them as a `CriticFeedback` record: repeated actions are counted, the most frequent ones are
+listed first. The output is deterministic for the same input; `CriticFeedback.render()` is its prose.
 """
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from rla_core.schemas import JudgedStep, Trajectory
-
-NO_ACTION = "<no valid action>"
+from rla_core.schemas import NO_ACTION, CriticFeedback, JudgedStep, RejectedAction, Trajectory
 _SPACES = re.compile(r"\s+")
 
 
@@ -58,15 +56,14 @@ def critic_feedback(
     trajectories: Iterable[Trajectory],
     judged: Iterable[JudgedStep],
     max_lines: int = 8,
-    max_chars: int = 1500,
     max_rationale_chars: int = 160,
-) -> str:
-    """A short text summary of what went wrong in the failed trajectories of ONE task.
+) -> CriticFeedback:
+    """What went wrong in the failed trajectories of ONE task, as a typed record.
 
-    One line per distinct action that every judge sample rejected in some failed run, ordered by how
+    One entry per distinct action that every judge sample rejected in some failed run, ordered by how
     often it was rejected (ties: first occurrence by sample_index, step_index), at most `max_lines`
-    lines, with the judge's most frequent rationale for it; the whole text is cut at `max_chars`.
-    Judged steps of other tasks are ignored; trajectories of several tasks raise.
+    entries, each with the judge's most frequent rationale for it. Judged steps of other tasks are
+    ignored; trajectories of several tasks raise.
     """
     trajectories = sorted(trajectories, key=lambda t: t.sample_index)
     task_ids = {t.task_id for t in trajectories}
@@ -74,23 +71,16 @@ def critic_feedback(
         raise ValueError(f"critic_feedback takes the trajectories of one task, got {sorted(task_ids)}")
     failed = [t for t in trajectories if not t.success]
     if not failed:
-        return "No failed trajectories."
+        return CriticFeedback(trajectories=len(trajectories))
     task_id = next(iter(task_ids))
     table = {(j.sample_index, j.step_index): j for j in judged if j.task_id == task_id}
     summaries = _rejected_steps(failed, table, max_rationale_chars)
-    header = f"Failed trajectories: {len(failed)} of {len(trajectories)}."
-    if not summaries:
-        return header + " No step was rejected by every judge sample."
-    n_steps = sum(s.count for s in summaries.values())
-    lines = [header + f" Steps rejected by every judge sample: {n_steps} ({len(summaries)} distinct actions)."]
     ranked = sorted(summaries.items(), key=lambda item: -item[1].count)  # stable: ties keep first occurrence
-    for action, summary in ranked[:max_lines]:
-        runs = len(summary.runs)
-        line = f'- "{action}" rejected {summary.count}x in {runs} failed run{"s" if runs != 1 else ""}'
-        if summary.rationales:
-            line += f'; judge: "{summary.rationales.most_common(1)[0][0]}"'
-        lines.append(line)
-    if len(ranked) > max_lines:
-        lines.append(f"({len(ranked) - max_lines} more rejected actions not shown)")
-    text = "\n".join(lines)
-    return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
+    actions = [
+        RejectedAction(action=action, count=summary.count, runs=len(summary.runs),
+                       rationale=summary.rationales.most_common(1)[0][0] if summary.rationales else "")
+        for action, summary in ranked[:max_lines]
+    ]
+    return CriticFeedback(trajectories=len(trajectories), failed=len(failed),
+                          rejected_steps=sum(s.count for s in summaries.values()), actions=actions,
+                          omitted=max(len(ranked) - max_lines, 0))

@@ -6,8 +6,12 @@ parses, fits the schema, solvable by the oracle) and differs from the current sp
 candidate. Candidates get a deterministic id `f"{slot_id}-v{version}-{spec_hash}"`, version + 1 and
 `difficulty = family.difficulty(spec)`.
 
-- "procedural": `family.adjust(spec, direction, feedback, rng)` turns one difficulty knob.
-- "llm": prompts a generator with the spec, the family's schema, the direction and the critic
+Every rewriter reads the same typed `CriticFeedback` the critic writes, and validates inside the
+episode horizon (a plan longer than the runner's turn cap can never be played out).
+
+- "procedural": `family.adjust(spec, direction, feedback, rng, horizon)` turns one difficulty knob,
+  chosen from the feedback's rejected actions.
+- "llm": prompts a generator with the spec, the family's schema, the direction and the rendered critic
   feedback, and parses the first JSON object of each answer. All A prompts go to the generator in one
   call (one batched generate), then the answers are checked in order.
 """
@@ -22,7 +26,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from rla_core.envs.base import EnvironmentFamily, SpecError
-from rla_core.schemas import Direction, Task
+from rla_core.schemas import CriticFeedback, Direction, Task
 
 Generate = Callable[[list[str]], list[str]]
 
@@ -35,6 +39,8 @@ class RewriteAttempt(BaseModel):
     reason: str = ""  # the rewriter's reason (procedural) when ok
     error: str = ""  # why the attempt failed validation
     raw: str = ""  # the generator's text (llm), capped
+    knob: str = ""  # the knob turned (procedural)
+    from_feedback: bool | None = None  # the knob was chosen from the critic feedback (procedural)
 
 
 RewriteResult = tuple[Task | None, dict[str, float], list[RewriteAttempt]]
@@ -47,10 +53,11 @@ class Rewriter(Protocol):
         self,
         task: Task,
         direction: Direction,
-        feedback: str,
+        feedback: CriticFeedback,
         attempts: int,
         rng: random.Random,
         family: EnvironmentFamily,
+        horizon: int | None = None,
     ) -> RewriteResult:
         """(candidate or None, metrics, attempts log)."""
 
@@ -78,7 +85,10 @@ def candidate_task(parent: Task, spec: dict[str, Any], family: EnvironmentFamily
 def _result(
     parent: Task, candidate: Task | None, log: list[RewriteAttempt]
 ) -> RewriteResult:
-    metrics = {"rewrite_attempts": float(len(log)), "rewrite_ok": float(candidate is not None)}
+    metrics = {"rewrite_attempts": float(len(log)), "rewrite_ok": float(candidate is not None),
+               "rewrite_valid_attempts": float(sum(a.ok for a in log))}
+    if candidate is not None and log[-1].from_feedback is not None:
+        metrics["rewrite_from_feedback"] = float(log[-1].from_feedback)
     metrics["difficulty_before"] = float(parent.difficulty)
     if candidate is not None:
         metrics["difficulty_after"] = candidate.difficulty
@@ -101,30 +111,32 @@ class ProceduralRewriter:
         self,
         task: Task,
         direction: Direction,
-        feedback: str,
+        feedback: CriticFeedback,
         attempts: int,
         rng: random.Random,
         family: EnvironmentFamily,
+        horizon: int | None = None,
     ) -> RewriteResult:
         _check_attempts(attempts)
         log: list[RewriteAttempt] = []
         for attempt in range(attempts):
             try:
-                spec, reason = family.adjust(task.spec, direction, feedback, rng)
-                spec = family.validate(spec)
+                spec, change = family.adjust(task.spec, direction, feedback, rng, horizon)
+                spec = family.validate(spec, horizon)
             except SpecError as err:
                 log.append(RewriteAttempt(attempt=attempt, ok=False, error=f"SpecError: {err}"))
                 continue
             if spec == task.spec:
                 log.append(RewriteAttempt(attempt=attempt, ok=False, error="unchanged spec"))
                 continue
-            log.append(RewriteAttempt(attempt=attempt, ok=True, reason=reason))
+            log.append(RewriteAttempt(attempt=attempt, ok=True, reason=change.reason, knob=change.knob,
+                                      from_feedback=change.from_feedback))
             return _result(task, candidate_task(task, spec, family), log)
         return _result(task, None, log)
 
 
 # ---------------------------------------------------------------- llm
-def build_rewrite_prompt(task: Task, direction: Direction, feedback: str, schema: str) -> str:
+def build_rewrite_prompt(task: Task, direction: Direction, feedback: CriticFeedback, schema: str) -> str:
     """The environment model's prompt: current spec, schema, goal of the rewrite, critic feedback."""
     spec = json.dumps(task.spec, sort_keys=True)
     return (
@@ -133,7 +145,7 @@ def build_rewrite_prompt(task: Task, direction: Direction, feedback: str, schema
         f"Current task spec (JSON):\n{spec}\n\n"
         f"The agent finds this task too {'easy' if direction == 'harder' else 'hard'}. "
         f"Write a {direction} version of it that is still solvable.\n"
-        f"What went wrong in the agent's failed attempts:\n{feedback or '(none)'}\n\n"
+        f"What went wrong in the agent's failed attempts:\n{feedback.render()}\n\n"
         "Answer with the new task spec as one JSON object.\n"
     )
 
@@ -166,10 +178,11 @@ class LLMRewriter:
         self,
         task: Task,
         direction: Direction,
-        feedback: str,
+        feedback: CriticFeedback,
         attempts: int,
         rng: random.Random,  # unused: sampling randomness lives in the generator
         family: EnvironmentFamily,
+        horizon: int | None = None,
     ) -> RewriteResult:
         _check_attempts(attempts)
         prompt = build_rewrite_prompt(task, direction, feedback, family.describe_schema())
@@ -180,7 +193,7 @@ class LLMRewriter:
         for attempt, text in enumerate(answers):
             raw = text[: self.max_raw_chars]
             try:
-                spec = family.validate(first_json_object(text))
+                spec = family.validate(first_json_object(text), horizon)
             # Generated text is untrusted: any malformed spec is a failed attempt, not a crash.
             except (ValueError, TypeError, KeyError) as err:
                 log.append(RewriteAttempt(attempt=attempt, ok=False, error=f"{type(err).__name__}: {err}", raw=raw))

@@ -20,7 +20,7 @@ from rla_core.schemas import PendingCandidate, Slot, Task, TaskRecordEvent
 
 SLOTS_FILE = "slots.jsonl"
 META_FILE = "store.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: typed critic feedback on pending candidates and history events
 
 
 class TaskStore:
@@ -131,7 +131,8 @@ class TaskStore:
             task_id=candidate.task.task_id,
             iteration=iteration,
             source=candidate.source,
-            reason=candidate.feedback,
+            reason=candidate.reason,
+            feedback=candidate.feedback,
             direction=candidate.direction,
             acc_before=acc_before,
             acc_after=acc_after,

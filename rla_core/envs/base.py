@@ -10,9 +10,26 @@ import random
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from rla_core.schemas import CriticFeedback
+
 
 class SpecError(ValueError):
     """A task spec fails structural validation (schema, references, solvability)."""
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """What a procedural rewrite changed: one knob, from → to, and the evidence that chose it."""
+
+    knob: str
+    before: Any
+    after: Any
+    evidence: str | None  # the critic-feedback bucket that chose the knob; None = the fallback order
+    reason: str  # one line for logs and the task history
+
+    @property
+    def from_feedback(self) -> bool:
+        return self.evidence is not None
 
 
 @dataclass(frozen=True)
@@ -47,13 +64,14 @@ class Episode(Protocol):
 class EnvironmentFamily(Protocol):
     name: str
 
-    def validate(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Return the normalised spec or raise SpecError (schema, references, solvable by the oracle)."""
+    def validate(self, spec: dict[str, Any], horizon: int | None = None) -> dict[str, Any]:
+        """Return the normalised spec or raise SpecError (schema, references, solvable by the oracle
+        within the spec's own step limit and, when given, within `horizon` turns)."""
 
     def make(self, spec: dict[str, Any]) -> Episode:
         """A fresh episode for a validated spec."""
 
-    def generate(self, knobs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    def generate(self, knobs: dict[str, Any], rng: random.Random, horizon: int | None = None) -> dict[str, Any]:
         """A random valid spec at the given difficulty knobs (defaults fill missing knobs)."""
 
     def difficulty(self, spec: dict[str, Any]) -> float:
@@ -62,11 +80,16 @@ class EnvironmentFamily(Protocol):
     def knobs_of(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The difficulty knobs a spec was generated with."""
 
+    def content_hash(self, spec: dict[str, Any]) -> str:
+        """A hash of what is played (not of how the spec was generated): two specs that give the same
+        game have the same content hash whatever their seed or knobs fields say."""
+
     def adjust(
-        self, spec: dict[str, Any], direction: str, feedback: str, rng: random.Random
-    ) -> tuple[dict[str, Any], str]:
-        """Procedural rewrite: a new spec one knob harder/easier, chosen using the critic feedback;
-        returns (spec, reason)."""
+        self, spec: dict[str, Any], direction: str, feedback: CriticFeedback, rng: random.Random,
+        horizon: int | None = None,
+    ) -> tuple[dict[str, Any], Adjustment]:
+        """Procedural rewrite: a new spec one knob harder/easier, the knob chosen from the critic
+        feedback; difficulty moves only inside `horizon` turns."""
 
     def describe_schema(self) -> str:
         """A short text of the spec schema, for LLM rewriters' prompts."""

@@ -96,6 +96,16 @@ def chunked(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
+def even_chunks(items: Sequence[T], size: int) -> list[list[T]]:
+    """ceil(len/size) consecutive disjoint chunks of near-equal length (they differ by at most one), none
+    longer than `size`: a pass over all items with no tiny remainder chunk."""
+    if size <= 0:
+        raise ValueError(f"chunk size must be > 0, got {size}")
+    count = -(-len(items) // size)
+    bounds = [round(i * len(items) / count) for i in range(count + 1)] if count else [0]
+    return [list(items[bounds[i]:bounds[i + 1]]) for i in range(count)]
+
+
 def length_order(items: Sequence[SequencePair]) -> list[int]:
     """Indices of `items` from longest to shortest prompt+response (stable).
 

@@ -4,8 +4,9 @@ One call of `train`:
 1. drop samples whose prompt+response exceed the model's positions (whole samples, counted);
 2. score every kept sample once, no grad: log π_old (the model now) and log π_ref ("old" → the same
    numbers, "initial" → the supplied reference model); the numbers are stored WITH the sample;
-3. shuffle with `rng_seed`, cut disjoint mini-batches of `minibatch_size`, keep at most
-   `max_optimizer_steps` of them;
+3. shuffle with `rng_seed` and make ONE pass over all of them in disjoint mini-batches of near-equal
+   size, at most `minibatch_size` each (the paper's code does one pass too); `max_optimizer_steps`, when
+   set, is an explicit cap, and the samples it leaves out are counted in the metrics;
 4. per mini-batch of M samples: for each micro-batch, backward `per_sample_loss.sum() / M`
    (the accumulated gradient is exactly that of the mini-batch mean), clip the grad norm, AdamW step.
 The AdamW state lives as long as the trainer and is saved/restored with `save`/`load_optimizer`, so
@@ -28,9 +29,9 @@ from rla_core.models.factory import atomic_directory
 from rla_core.schemas import TrainingSample
 from rla_core.training.base import Trainer, register_trainer
 from rla_core.training.batching import (
-    chunked,
     collate,
     drop_too_long,
+    even_chunks,
     forward_logprobs,
     length_sorted_chunks,
     model_device,
@@ -108,12 +109,14 @@ class TorchTrainer(Trainer):
         return response_logprobs(self.model, samples, self.train_cfg.micro_batch_size, self.pad_id)
 
     def minibatches(self, items: Sequence[Item], rng_seed: int) -> list[list[Item]]:
-        """Shuffle with `rng_seed`, then disjoint mini-batches, at most max_optimizer_steps of them."""
+        """Shuffle with `rng_seed`, then one pass in disjoint near-equal mini-batches (≤ minibatch_size),
+        cut to the first max_optimizer_steps of them when that cap is set."""
         generator = torch.Generator().manual_seed(rng_seed)
         order = torch.randperm(len(items), generator=generator).tolist()
         shuffled = [items[index] for index in order]
-        batches = chunked(shuffled, self.train_cfg.minibatch_size)
-        return batches[: self.train_cfg.max_optimizer_steps]
+        batches = even_chunks(shuffled, self.train_cfg.minibatch_size)
+        cap = self.train_cfg.max_optimizer_steps
+        return batches if cap is None else batches[:cap]
 
     def micro_batch_loss(
         self, module: torch.nn.Module, micro: Sequence[ScoredSample]
@@ -171,15 +174,19 @@ class TorchTrainer(Trainer):
         kept, dropped = drop_too_long(samples, model_max_positions(self.model))
         kept = [s for s in kept if s.prompt_ids and s.response_ids]
         metrics = dict.fromkeys((*_LOSS_METRICS, "grad_norm"), 0.0)
-        metrics.update(samples=float(len(kept)), dropped_too_long=float(dropped), optimizer_steps=0.0)
+        metrics.update(samples=float(len(kept)), dropped_too_long=float(dropped), optimizer_steps=0.0,
+                       samples_trained=0.0, samples_over_cap=0.0)
         metrics["dropped_empty"] = float(len(samples) - dropped - len(kept))
         if not kept:
             return metrics
         # eval(): no dropout, so π_θ equals π_old exactly before the first step (ρ = 1).
         self.model.eval()
         # Choose the mini-batches first and score only the samples they hold: log-probs of a sample
-        # do not depend on its batch, and samples beyond max_optimizer_steps would never be used.
+        # do not depend on its batch, and samples beyond a max_optimizer_steps cap would never be used.
         batches = self.minibatches(kept, rng_seed)
+        # Counted on the global mini-batches (a multi-rank backend's `minibatches` holds its share only).
+        trained = sum(len(batch) for batch in TorchTrainer.minibatches(self, kept, rng_seed))
+        metrics.update(samples_trained=float(trained), samples_over_cap=float(len(kept) - trained))
         scored = iter(self.score([s for batch in batches for s in batch], reference_model))
         steps = [self.optimizer_step([next(scored) for _ in batch]) for batch in batches]
         for name in (*_LOSS_METRICS, "grad_norm"):

@@ -150,6 +150,18 @@ def test_policy_samples_pairing_filter_and_drop():
     assert metrics["policy/zero_advantage_dropped"] == 2
 
 
+def test_an_advantage_left_as_float_residue_is_dropped():
+    """R = −2, −2/3, +2/3: the middle value equals the mean, but (R − mean)/std is −1.0e-16, not 0."""
+    traj = [make_traj("r", 0, 1, False), make_traj("r", 1, 1, False), make_traj("r", 2, 1, True)]
+    judged = [make_judged("r", 0, 0, [-1, -1, -1]), make_judged("r", 1, 0, [1, 1, -1]),
+              make_judged("r", 2, 0, [-1, -1, 1])]
+    residue = step_advantages(step_rewards(traj, judged, 1.0))[StepKey("r", 1, 0)]
+    assert residue != 0.0 and abs(residue) < 1e-15  # the float residue this test is about
+    samples, metrics = policy_samples(traj, judged, step_weight=1.0)
+    assert [(s.sample_index, round(s.advantage, 6)) for s in samples] == [(0, -1.224745), (2, 1.224745)]
+    assert metrics["policy/zero_advantage_dropped"] == 1
+
+
 def test_policy_samples_zero_std_group_gives_nothing():
     # success with mean S = -1 and failure with mean S = +1 both give R = 0
     traj = [make_traj("c", 0, 1, True), make_traj("c", 1, 1, False)]

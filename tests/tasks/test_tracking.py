@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 
 from rla_core.config import Config, TrackingConfig
-from rla_core.schemas import JudgedStep, JudgeSample, Step, Trajectory
-from tasks.tracking import RUN_ID_FILE, Tracker, flatten, format_samples, read_metrics, read_params
+from tasks.tracking import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    RUN_ID_FILE,
+    Tracker,
+    experiment_ui_url,
+    flatten,
+    read_metrics,
+    read_params,
+)
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +31,7 @@ def test_default_store_metrics_params_and_nested_runs(tmp_path):
     run_dir = tmp_path / "runs" / "demo"
     tracker = Tracker(run_dir)
     assert tracker.tracking_uri == f"sqlite:///{run_dir.resolve()}/mlflow.db"
+    assert tracker.client.get_experiment(tracker.experiment_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
     tracker.log_config(Config())
     tracker.log_metrics({"reward/mean": 0.5, "acc": 1, "skip": "text", "flag": True}, step=1, iteration=1)
     tracker.log_metrics({"reward/mean": 0.75}, step=2, iteration=2)
@@ -128,18 +137,23 @@ def test_register_checkpoint_tags_idempotent_and_download(tmp_path, shared_uri):
     assert off.register_checkpoint(model_dir, "rla-policy", iteration=3) is None
 
 
-def test_flatten_and_format_samples():
+def test_flatten():
     assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": {}}) == {"a.b": "1", "a.c": "[1, 2]", "d": "{}"}
-    step = Step(
-        index=0, prompt_ids=[1], response_ids=[2], response_text="\\boxed{1}", action="go north", observation="ok"
-    )
-    trajectory = Trajectory(
-        task_id="t", slot_id="s", sample_index=0, goal="g", initial_observation="o", steps=[step], success=True
-    )
-    judged = JudgedStep(
-        task_id="t", sample_index=0, step_index=0,
-        samples=[JudgeSample(prompt_ids=[1], response_ids=[2], text="x", verdict=v) for v in (1, -1, 0)],
-    )
-    text = format_samples([trajectory], [judged])
-    assert "=== t #0 (success)" in text
-    assert "judge [1, -1, 0]" in text
+
+
+def test_experiment_opens_as_classic_ml(tmp_path, shared_uri):
+    """The experiment carries `mlflow.experimentKind` = custom_model_development (runs table, not
+    the GenAI landing page), both when created and when an older store's experiment lacks it."""
+    tracker = Tracker(tmp_path / "kind", TrackingConfig(mlflow_uri=shared_uri, experiment="kind-new"))
+    assert EXPERIMENT_KIND_TAG == "mlflow.experimentKind" and EXPERIMENT_KIND == "custom_model_development"
+    assert tracker.client.get_experiment(tracker.experiment_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+
+    client = tracker.client  # a plain client of the same store
+    old_id = client.create_experiment("kind-old")  # as written before the tag existed
+    assert EXPERIMENT_KIND_TAG not in client.get_experiment(old_id).tags
+    reopened = Tracker(tmp_path / "old", TrackingConfig(mlflow_uri=shared_uri, experiment="kind-old"))
+    assert reopened.experiment_id == old_id
+    assert client.get_experiment(old_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+    # MLflow 3.17's UI follows the URL's workflowType, not the tag: the link asks for the runs view
+    assert experiment_ui_url("http://127.0.0.1:5000/", old_id) == (
+        f"http://127.0.0.1:5000/#/experiments/{old_id}?workflowType=machine_learning")

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import random
 from typing import Any
 
-from rla_core.envs.base import SpecError
+from rla_core.envs.base import Adjustment, SpecError
 from rla_core.envs.household import generator, rewriter
 from rla_core.envs.household.episode import HouseholdEpisode
 from rla_core.envs.household.oracle import INF, Oracle
 from rla_core.envs.household.spec import HouseholdSpec, parse_spec
 from rla_core.envs.household.world import Layout
+from rla_core.schemas import CriticFeedback
 
 
 def initial_plan(spec: HouseholdSpec) -> list[str]:
@@ -38,14 +40,18 @@ class HouseholdFamily:
 
     name = "household"
 
-    def validate(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Normalised spec (defaults and knobs filled) or SpecError: schema, references, goal, solvability."""
+    def validate(self, spec: dict[str, Any], horizon: int | None = None) -> dict[str, Any]:
+        """Normalised spec (defaults and knobs filled) or SpecError: schema, references, goal, and
+        solvability within min(step_limit, horizon) turns."""
         parsed = parse_spec(spec)
         plan = initial_plan(parsed)
         if len(plan) > parsed.step_limit:
             raise SpecError(
                 f"not solvable within step_limit={parsed.step_limit}: the shortest plan has {len(plan)} steps"
             )
+        if horizon is not None and len(plan) > horizon:
+            raise SpecError(f"not solvable within the episode horizon of {horizon} turns: "
+                            f"the shortest plan has {len(plan)} steps")
         return parsed.model_dump()
 
     def make(self, spec: dict[str, Any]) -> HouseholdEpisode:
@@ -57,12 +63,12 @@ class HouseholdFamily:
         """Forget the compiled layouts and oracle caches that `make` shares between episodes."""
         _compiled.cache_clear()
 
-    def generate(self, knobs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-        return generator.generate(knobs, rng, self.validate)
+    def generate(self, knobs: dict[str, Any], rng: random.Random, horizon: int | None = None) -> dict[str, Any]:
+        return generator.generate(knobs, rng, functools.partial(self.validate, horizon=horizon))
 
-    def generate_from_seed(self, knobs: dict[str, Any], seed: int) -> dict[str, Any]:
+    def generate_from_seed(self, knobs: dict[str, Any], seed: int, horizon: int | None = None) -> dict[str, Any]:
         """Regenerate exactly: generate_from_seed(spec['knobs'], spec['seed']) == spec."""
-        return generator.generate_from_seed(knobs, seed, self.validate)
+        return generator.generate_from_seed(knobs, seed, functools.partial(self.validate, horizon=horizon))
 
     def difficulty(self, spec: dict[str, Any]) -> float:
         """The oracle's shortest-plan length from the start (number of commands)."""
@@ -72,11 +78,18 @@ class HouseholdFamily:
         """The knobs the spec was generated with (derived from the layout when it has none)."""
         return parse_spec(spec).knobs.model_dump()
 
+    def content_hash(self, spec: dict[str, Any]) -> str:
+        """sha256[:16] of the playable part (rooms, start room, objects, goal, step limit): not knobs/seed."""
+        played = parse_spec(spec).model_dump(exclude={"knobs", "seed"})
+        canonical = json.dumps(played, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
     def adjust(
-        self, spec: dict[str, Any], direction: str, feedback: str, rng: random.Random
-    ) -> tuple[dict[str, Any], str]:
+        self, spec: dict[str, Any], direction: str, feedback: CriticFeedback, rng: random.Random,
+        horizon: int | None = None,
+    ) -> tuple[dict[str, Any], Adjustment]:
         """A freshly generated spec one knob harder/easier, the knob chosen from the critic feedback."""
-        return rewriter.adjust(self, spec, direction, feedback, rng)
+        return rewriter.adjust(self, spec, direction, feedback, rng, horizon)
 
     def describe_schema(self) -> str:
         return rewriter.SCHEMA_TEXT

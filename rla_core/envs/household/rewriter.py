@@ -1,48 +1,51 @@
 """The procedural rewriter: turn one difficulty knob, chosen from the critic feedback.
 
-Feedback lines such as "step 3: go to drawer 1 — rejected: does not help the goal" are sorted into
-evidence buckets by the rejected command's verb; the biggest bucket picks the knob:
+The rejected actions of a `CriticFeedback` are sorted into evidence buckets by their command's verb,
+weighted by how often each was rejected; the biggest bucket picks the knob:
 
-    navigation (go to …)              -> rooms, then distractors
-    containers (open/close …)          -> closed
-    objects (take/put …)               -> distractors, then closed
-    treatment (clean/heat/cool/use/examine) -> goal_type
-    idle (look/inventory)              -> step_limit
-    nothing informative                -> step_limit, distractors, closed, rooms, goal_type
+    navigation (go to …)                 -> rooms, then distractors
+    containers (open/close …)             -> closed, then distractors
+    objects (take/put …)                  -> distractors, then closed
+    treatment (clean/heat/cool/use …)     -> goal_type
+    idle (look/inventory/examine …)       -> step_limit, then distractors
+    invalid (no command chosen)           -> distractors, then rooms (a shorter command list)
+    no rejected action                    -> step_limit, distractors, closed, rooms, goal_type
 
 "harder" raises the knob (step_limit: lowers it), "easier" lowers it; a knob at its bound, or one
-whose new value admits no valid spec, passes to the next. The result is a freshly generated spec
-(new seed from `rng`) whose oracle plan length moves in the asked direction when a few draws allow.
+whose new value admits no valid spec, passes to the next. `step_limit` only moves inside the episode
+horizon (the runner's turn cap): a limit above the horizon is never reached, so raising it would
+change nothing the policy meets. The result is a freshly generated spec (new seed from `rng`) whose
+oracle plan length (for step_limit: turns to spare) does not move against the asked direction.
 """
 from __future__ import annotations
 
 import json
 import random
-import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from rla_core.envs.base import SpecError
+from rla_core.envs.base import Adjustment, SpecError
 from rla_core.envs.household import catalog
 from rla_core.envs.household.spec import KNOB_BOUNDS, derive_knobs, parse_spec
+from rla_core.schemas import NO_ACTION, CriticFeedback
 
 if TYPE_CHECKING:
     from rla_core.envs.household.family import HouseholdFamily
 
-DIRECTED_DRAWS = 4  # draws tried for a spec whose plan length moves the asked way
+DIRECTED_DRAWS = 4  # draws tried for a spec whose plan length does not move against the direction
 BUCKET_KNOBS: dict[str, tuple[str, ...]] = {
     "navigation": ("rooms", "distractors"),
-    "containers": ("closed",),
+    "containers": ("closed", "distractors"),
     "objects": ("distractors", "closed"),
     "treatment": ("goal_type",),
-    "idle": ("step_limit",),
+    "idle": ("step_limit", "distractors"),
+    "invalid": ("distractors", "rooms"),
 }
 VERB_BUCKET = {"go": "navigation", "open": "containers", "close": "containers", "take": "objects",
                "put": "objects", "clean": "treatment", "heat": "treatment", "cool": "treatment",
-               "use": "treatment", "examine": "treatment", "look": "idle", "inventory": "idle"}
+               "use": "treatment", "examine": "idle", "look": "idle", "inventory": "idle"}
 FALLBACK = ("step_limit", "distractors", "closed", "rooms", "goal_type")
 KNOB_STEP = {"rooms": 1, "distractors": 2, "closed": 1, "step_limit": -2}  # the "harder" step
-_REJECTED = re.compile(r"step\s*\d+\s*[:.)]\s*(?P<cmd>.+?)\s*(?:—|–|--|-|:)\s*rejected", re.IGNORECASE)
 
 EXAMPLE_SPEC = {
     "rooms": [{"name": "kitchen", "receptacles": [{"name": "countertop 1", "closed": False},
@@ -68,16 +71,22 @@ Names must be unique; every location and target must name a receptacle of the sp
 Example: """ + json.dumps(EXAMPLE_SPEC)
 
 
-def classify_feedback(feedback: str) -> tuple[Counter[str], dict[str, str]]:
-    """Bucket counts of the rejected commands named in `feedback`, and the first example per bucket."""
+def bucket_of(action: str) -> str | None:
+    """The evidence bucket of one rejected action ('go to shelf 1' -> 'navigation'), None if unknown."""
+    if action == NO_ACTION:
+        return "invalid"
+    return VERB_BUCKET.get(action.split(" ", 1)[0].lower())
+
+
+def classify_feedback(feedback: CriticFeedback) -> tuple[Counter[str], dict[str, str]]:
+    """Rejected-step counts per bucket in `feedback`, and the most rejected action of each bucket."""
     counts: Counter[str] = Counter()
     examples: dict[str, str] = {}
-    for match in _REJECTED.finditer(feedback or ""):
-        command = " ".join(match.group("cmd").lower().split())
-        bucket = VERB_BUCKET.get(command.split(" ", 1)[0])
+    for item in feedback.actions:
+        bucket = bucket_of(item.action)
         if bucket:
-            counts[bucket] += 1
-            examples.setdefault(bucket, command)
+            counts[bucket] += item.count
+            examples.setdefault(bucket, item.action)
     return counts, examples
 
 
@@ -92,53 +101,69 @@ def knob_order(counts: Counter[str]) -> list[tuple[str, str | None]]:
     return [(k, b) for k, b in order if not (k in seen or seen.add(k))]
 
 
-def turn_knob(knob: str, value: Any, direction: str, rng: random.Random) -> Any | None:
-    """The knob's next value in `direction`, or None at its bound."""
+def turn_knob(knob: str, value: Any, direction: str, rng: random.Random, horizon: int | None = None) -> Any | None:
+    """The knob's next value in `direction`, or None at its bound (step_limit: capped at the horizon)."""
     sign = 1 if direction == "harder" else -1
     if knob == "goal_type":
         level = catalog.GOAL_LEVELS[value] + sign
         options = sorted(t for t, lv in catalog.GOAL_LEVELS.items() if lv == level)
         return rng.choice(options) if options else None
     low, high = KNOB_BOUNDS[knob]
+    if knob == "step_limit" and horizon is not None:
+        high = min(high, horizon)
+        value = min(value, high)  # a limit past the horizon acts as the horizon
     new = min(high, max(low, value + sign * KNOB_STEP[knob]))
     return None if new == value else new
 
 
-def _directed_spec(family: HouseholdFamily, knobs: dict[str, Any], direction: str, before: float,
-                   rng: random.Random) -> dict[str, Any] | None:
-    """A valid spec at `knobs`, preferring one whose plan length moves the asked way; None if none."""
-    fallback = None
+def _slack(family: HouseholdFamily, spec: dict[str, Any], horizon: int | None) -> float:
+    """Turns to spare: the effective turn limit minus the oracle plan length."""
+    limit = spec["step_limit"] if horizon is None else min(spec["step_limit"], horizon)
+    return limit - family.difficulty(spec)
+
+
+def _directed_spec(family: HouseholdFamily, parent: dict[str, Any], knobs: dict[str, Any], knob: str,
+                   direction: str, rng: random.Random, horizon: int | None) -> dict[str, Any] | None:
+    """A valid spec at `knobs` that does not move against `direction`; None if no draw does.
+
+    The measure is the oracle plan length, except for step_limit, whose knob is the turns to spare
+    (a fresh layout may have a shorter plan, and a lower limit must still leave less slack)."""
+    harder = direction == "harder"
     for _ in range(DIRECTED_DRAWS):
         try:
-            spec = family.generate(knobs, rng)
+            spec = family.generate(knobs, rng, horizon=horizon)
         except SpecError:
-            return fallback
-        after = family.difficulty(spec)
-        if (after >= before) if direction == "harder" else (after <= before):
+            return None
+        if knob == "step_limit":
+            before, after = _slack(family, parent, horizon), _slack(family, spec, horizon)
+            if (after < before) if harder else (after > before):
+                return spec
+            continue
+        before, after = family.difficulty(parent), family.difficulty(spec)
+        if (after >= before) if harder else (after <= before):
             return spec
-        fallback = fallback or spec
-    return fallback
+    return None
 
 
-def adjust(family: HouseholdFamily, spec: dict[str, Any], direction: str, feedback: str,
-           rng: random.Random) -> tuple[dict[str, Any], str]:
-    """(new spec, one-line reason naming the knob and the evidence). SpecError if every knob is stuck."""
+def adjust(family: HouseholdFamily, spec: dict[str, Any], direction: str, feedback: CriticFeedback,
+           rng: random.Random, horizon: int | None = None) -> tuple[dict[str, Any], Adjustment]:
+    """(new spec, the knob turned and why). SpecError if every knob is stuck."""
     if direction not in ("harder", "easier"):
         raise ValueError(f"direction must be 'harder' or 'easier', got {direction!r}")
     current = derive_knobs(parse_spec(spec)).model_dump()
-    before = family.difficulty(spec)
     counts, examples = classify_feedback(feedback)
     total = sum(counts.values())
     for knob, bucket in knob_order(counts):
-        new_value = turn_knob(knob, current[knob], direction, rng)
+        new_value = turn_knob(knob, current[knob], direction, rng, horizon)
         if new_value is None:
             continue
-        new_spec = _directed_spec(family, {**current, knob: new_value}, direction, before, rng)
+        new_spec = _directed_spec(family, spec, {**current, knob: new_value}, knob, direction, rng, horizon)
         if new_spec is None:
             continue
         if bucket:
             evidence = f"{counts[bucket]}/{total} rejected steps were {bucket} (e.g. '{examples[bucket]}')"
         else:
-            evidence = f"no decisive rejected steps in the feedback ({total} parsed); fallback knob"
-        return new_spec, f"{direction}: {knob} {current[knob]} -> {new_value}; {evidence}"
+            evidence = f"no rejected step points to a knob ({total} classified); fallback knob"
+        reason = f"{direction}: {knob} {current[knob]} -> {new_value}; {evidence}"
+        return new_spec, Adjustment(knob=knob, before=current[knob], after=new_value, evidence=bucket, reason=reason)
     raise SpecError(f"cannot make the task {direction}: every knob is at its bound or admits no valid spec")

@@ -1,10 +1,11 @@
-"""Critic feedback: steps of failed runs that every judge sample rejected, summarised deterministically."""
+"""Critic feedback: steps of failed runs that every judge sample rejected, as a typed record with a
+deterministic prose rendering."""
 from __future__ import annotations
 
 import pytest
 
 from rla_core.adaptation.critic import critic_feedback, judge_rationale
-from rla_core.schemas import JudgedStep, JudgeSample, Step, Trajectory
+from rla_core.schemas import CriticFeedback, JudgedStep, JudgeSample, RejectedAction, Step, Trajectory
 
 
 def traj(j: int, actions: list[str | None], success: bool, task_id: str = "t") -> Trajectory:
@@ -46,29 +47,43 @@ EXPECTED = (
 
 
 def test_feedback_hand_written():
-    assert critic_feedback(TRAJECTORIES, JUDGED) == EXPECTED
+    feedback = critic_feedback(TRAJECTORIES, JUDGED)
+    assert feedback == CriticFeedback(
+        trajectories=3, failed=2, rejected_steps=3,
+        actions=[RejectedAction(action="go to shelf 1", count=2, runs=2, rationale="The shelf is empty."),
+                 RejectedAction(action="<no valid action>", count=1, runs=1, rationale="No command chosen.")],
+    )
+    assert feedback.render() == EXPECTED
 
 
 def test_feedback_is_deterministic_under_reordering():
-    assert critic_feedback(list(reversed(TRAJECTORIES)), list(reversed(JUDGED))) == EXPECTED
+    assert critic_feedback(list(reversed(TRAJECTORIES)), list(reversed(JUDGED))).render() == EXPECTED
 
 
 def test_no_failures_and_no_rejections():
-    assert critic_feedback([traj(0, ["a"], True)], []) == "No failed trajectories."
-    text = critic_feedback([traj(0, ["a"], True), traj(1, ["b"], False)], [judged(1, 0, [(1, "ok \\boxed{1}")])])
-    assert text == "Failed trajectories: 1 of 2. No step was rejected by every judge sample."
+    assert critic_feedback([traj(0, ["a"], True)], []).render() == "No failed trajectories."
+    feedback = critic_feedback([traj(0, ["a"], True), traj(1, ["b"], False)], [judged(1, 0, [(1, "ok \\boxed{1}")])])
+    assert (feedback.failed, feedback.actions) == (1, [])
+    assert feedback.render() == "Failed trajectories: 1 of 2. No step was rejected by every judge sample."
 
 
 def test_caps_lines_and_length():
     actions = [f"action {k}" for k in range(10)]
     steps = [judged(0, i, [(-1, f"reason {i} " + NO)]) for i in range(10)]
-    text = critic_feedback([traj(0, actions, False)], steps, max_lines=8)
-    lines = text.splitlines()
+    feedback = critic_feedback([traj(0, actions, False)], steps, max_lines=8)
+    assert len(feedback.actions) == 8 and feedback.omitted == 2 and feedback.rejected_steps == 10
+    lines = feedback.render().splitlines()
     assert len(lines) == 10  # header + 8 + "more" line
+    assert lines[0].endswith("Steps rejected by every judge sample: 10 (10 distinct actions).")
     assert lines[1] == '- "action 0" rejected 1x in 1 failed run; judge: "reason 0"'  # ties: first occurrence
     assert lines[-1] == "(2 more rejected actions not shown)"
-    short = critic_feedback([traj(0, actions, False)], steps, max_chars=50)
+    short = feedback.render(max_chars=50)
     assert len(short) <= 50 and short.endswith("...")
+
+
+def test_feedback_round_trips_through_json():
+    feedback = critic_feedback(TRAJECTORIES, JUDGED)
+    assert CriticFeedback.model_validate_json(feedback.model_dump_json()) == feedback
 
 
 def test_rationale_and_task_check():

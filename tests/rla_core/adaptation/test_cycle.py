@@ -11,16 +11,18 @@ import pytest
 
 from rla_core.adaptation.critic import critic_feedback
 from rla_core.adaptation.cycle import AdaptReport, adapt, propose, validate_pending
+from rla_core.adaptation.rewriters import RewriteAttempt
 from rla_core.adaptation.store import TaskStore
-from rla_core.schemas import JudgedStep, JudgeSample, PendingCandidate, Step, Task, Trajectory
+from rla_core.schemas import CriticFeedback, JudgedStep, JudgeSample, PendingCandidate, Step, Task, Trajectory
 
 LOW, HIGH = 0.2, 0.8
 ITERATION = 5
 NO = "\\boxed{-1}"
 
 
-def task(slot: str, version: int = 0, suffix: str = "") -> Task:
-    return Task(task_id=f"{slot}-v{version}{suffix}", slot_id=slot, spec={"slot": slot, "v": version}, version=version)
+def task(slot: str, version: int = 0, suffix: str = "", difficulty: float = 4.0) -> Task:
+    return Task(task_id=f"{slot}-v{version}{suffix}", slot_id=slot, spec={"slot": slot, "v": version}, version=version,
+                difficulty=difficulty)
 
 
 def rollouts(t: Task, successes: int, total: int, action: str = "go to shelf 1") -> list[Trajectory]:
@@ -40,25 +42,35 @@ def verdicts(t: Trajectory, step: int, votes: list[tuple[int, str]]) -> JudgedSt
 
 
 def pending(parent: Task, direction: str, prev_acc: float, created: int = ITERATION - 1) -> PendingCandidate:
-    child = task(parent.slot_id, parent.version + 1, suffix="-cand")
+    child = task(parent.slot_id, parent.version + 1, suffix="-cand",
+                 difficulty=parent.difficulty + (1.0 if direction == "harder" else -1.0))
     return PendingCandidate(task=child, direction=direction, created_iteration=created, prev_acc=prev_acc,
-                            source="fake", feedback="why it was rewritten")
+                            source="fake", reason="why it was rewritten")
 
 
 class FakeRewrite:
-    """(task, direction, feedback, rng) -> (candidate | None, log); records every call."""
+    """(task, direction, feedback, rng) -> (candidate | None, metrics, attempts); records every call."""
 
     def __init__(self, fail: bool = False):
         self.fail = fail
-        self.calls: list[tuple[str, str, str, random.Random]] = []
+        self.calls: list[tuple[str, str, CriticFeedback, random.Random]] = []
 
-    def __call__(self, t: Task, direction: str, feedback: str, rng: random.Random) -> tuple[Task | None, list[str]]:
+    def __call__(self, t: Task, direction: str, feedback: CriticFeedback, rng: random.Random):
         self.calls.append((t.task_id, direction, feedback, rng))
         if self.fail:
-            return None, [f"{t.task_id}: attempt 1 failed"]
+            return None, {}, [RewriteAttempt(attempt=0, ok=False, error="attempt 1 failed")]
         child = Task(task_id=f"{t.slot_id}-v{t.version + 1}-{direction}", slot_id=t.slot_id, spec={"d": direction},
-                     version=t.version + 1)
-        return child, [f"{t.task_id}: rewritten {direction}"]
+                     version=t.version + 1, difficulty=t.difficulty + 1)
+        attempt = RewriteAttempt(attempt=0, ok=True, reason=f"rewritten {direction}", knob="rooms",
+                                 from_feedback=bool(feedback.actions))
+        return child, {}, [attempt]
+
+
+COUNTS = ("env/accepted", "env/rejected", "env/proposed", "env/proposal_failed")
+
+
+def counts(metrics: dict[str, float]) -> dict[str, float]:
+    return {key: metrics[key] for key in COUNTS}
 
 
 def run_adapt(store, trajectories, judged=(), rewrite=None, rng=None):
@@ -91,6 +103,7 @@ def test_harder_candidate_is_accepted_only_inside_its_window(successes, total, a
         assert len(slot.history) == 2
         assert (event.version, event.task_id, event.iteration, event.source) == (1, "a-v1-cand", ITERATION, "fake")
         assert (event.direction, event.reason) == ("harder", "why it was rewritten")
+        assert metrics["env/harder_accepted_difficulty_delta"] == 1.0  # the plan-length move that was accepted
         assert event.acc_before == 1.0 and event.acc_after == successes / total
     else:
         assert report.accepted == [] and report.rejected == ["a-v1-cand"]
@@ -160,8 +173,9 @@ def test_proposals_only_for_rolled_out_active_tasks_outside_the_band():
     assert all(r is rng for _, _, _, r in rewrite.calls)
     assert report.proposed == ["a-v1-harder", "b-v1-harder", "d-v1-easier", "e-v1-easier"]
     assert report.accepted == report.rejected == report.failed_proposals == []
-    assert report.notes == ["a-v0: rewritten harder", "b-v0: rewritten harder", "d-v0: rewritten easier",
-                            "e-v0: rewritten easier"]
+    assert [(p.task_id, p.candidate_id, p.attempts, p.valid_attempts) for p in report.proposals] == [
+        ("a-v0", "a-v1-harder", 1, 1), ("b-v0", "b-v1-harder", 1, 1), ("d-v0", "d-v1-easier", 1, 1),
+        ("e-v0", "e-v1-easier", 1, 1)]
     expected_prev = {"a": 1.0, "b": 0.8, "d": 0.2, "e": 0.0}
     for slot in new.slots():
         if slot.slot_id not in expected_prev:
@@ -169,11 +183,14 @@ def test_proposals_only_for_rolled_out_active_tasks_outside_the_band():
             continue
         p = slot.pending
         assert (p.created_iteration, p.source, p.prev_acc) == (ITERATION, "fake", expected_prev[slot.slot_id])
+        assert p.reason == f"rewritten {p.direction}"
         assert p.direction == ("harder" if slot.slot_id in "ab" else "easier")
         assert slot.active == tasks[slot.slot_id]  # a proposal does not change the active task
-    assert new.slot("e").pending.feedback == "Failed trajectories: 3 of 3. No step was rejected by every judge sample."
-    assert new.slot("a").pending.feedback == "No failed trajectories."
-    assert metrics == {"env/accepted": 0.0, "env/rejected": 0.0, "env/proposed": 4.0, "env/proposal_failed": 0.0}
+    assert new.slot("e").pending.feedback.render() == (
+        "Failed trajectories: 3 of 3. No step was rejected by every judge sample.")
+    assert new.slot("a").pending.feedback.render() == "No failed trajectories."
+    assert counts(metrics) == {"env/accepted": 0.0, "env/rejected": 0.0, "env/proposed": 4.0, "env/proposal_failed": 0.0}
+    assert metrics["env/knob_from_feedback_rate"] == 0.0  # no step was rejected: no knob can come from feedback
 
 
 def test_propose_skips_a_slot_that_still_has_a_pending_candidate():
@@ -187,10 +204,10 @@ def test_propose_skips_a_slot_that_still_has_a_pending_candidate():
     assert report.proposed == ["b-v1-harder"]
 
 
-def test_after_validation_each_slot_is_judged_by_its_new_active_task():
-    """Validation clears every pending candidate, so in `adapt` the pending-skip never fires: a slot
-    whose candidate was just resolved can get a new proposal in the same call, from the rollouts of
-    its (possibly new) active task."""
+def test_a_candidate_accepted_in_this_iteration_is_not_rewritten_again_in_it():
+    """Validation clears every pending candidate; a slot whose candidate was rejected gets a new proposal
+    from its active task's rollouts, but a candidate accepted just now waits for its next roll-out as
+    the active version (its accuracy here was measured as a candidate)."""
     a, b, c = task("a"), task("b"), task("c")
     store = (TaskStore.from_seed([a, b, c])
              .set_pending("a", pending(a, "harder", prev_acc=1.0))  # rejected (acc' 0.1), parent a at 1.0
@@ -202,13 +219,12 @@ def test_after_validation_each_slot_is_judged_by_its_new_active_task():
     rewrite = FakeRewrite()
     new, report, metrics = run_adapt(store, trajectories, rewrite=rewrite)
     assert report.rejected == ["a-v1-cand"] and report.accepted == ["b-v1-cand", "c-v1-cand"]
-    assert [(tid, d) for tid, d, _, _ in rewrite.calls] == [("a-v0", "harder"), ("c-v1-cand", "easier")]
+    assert [(tid, d) for tid, d, _, _ in rewrite.calls] == [("a-v0", "harder")]
     assert new.slot("a").pending.task.task_id == "a-v1-harder" and new.slot("a").pending.prev_acc == 1.0
-    assert new.slot("b").pending is None
-    # accepted as harder at exactly α_low, then at once proposed easier (both bounds are inclusive)
-    c_pending = new.slot("c").pending
-    assert (c_pending.task.task_id, c_pending.task.version, c_pending.prev_acc) == ("c-v2-easier", 2, 0.2)
-    assert metrics == {"env/accepted": 2.0, "env/rejected": 1.0, "env/proposed": 2.0, "env/proposal_failed": 0.0}
+    assert new.slot("b").pending is None and new.slot("c").pending is None
+    assert new.slot("c").active.task_id == "c-v1-cand"
+    assert counts(metrics) == {"env/accepted": 2.0, "env/rejected": 1.0, "env/proposed": 1.0, "env/proposal_failed": 0.0}
+    assert (metrics["env/harder_accepted"], metrics["env/harder_acceptance_rate"]) == (2.0, 2 / 3)
 
 
 def test_adaptation_off_resolves_pending_but_proposes_nothing():
@@ -218,7 +234,7 @@ def test_adaptation_off_resolves_pending_but_proposes_nothing():
     new, report, metrics = run_adapt(store, trajectories, rewrite=None)
     assert report.accepted == ["a-v1-cand"] and report.proposed == [] and report.failed_proposals == []
     assert new.counts() == {"slots": 2, "pending": 0, "accepted_rewrites": 1, "max_version": 1}
-    assert metrics == {"env/accepted": 1.0, "env/rejected": 0.0, "env/proposed": 0.0, "env/proposal_failed": 0.0}
+    assert counts(metrics) == {"env/accepted": 1.0, "env/rejected": 0.0, "env/proposed": 0.0, "env/proposal_failed": 0.0}
 
 
 def test_failed_rewrite_is_listed_and_leaves_the_slot_without_candidate():
@@ -227,7 +243,8 @@ def test_failed_rewrite_is_listed_and_leaves_the_slot_without_candidate():
     new, report, metrics = run_adapt(TaskStore.from_seed([a, b]), [*rollouts(a, 3, 3), *rollouts(b, 0, 3)],
                                      rewrite=rewrite)
     assert report.failed_proposals == ["a-v0", "b-v0"] and report.proposed == []
-    assert report.notes == ["a-v0: attempt 1 failed", "b-v0: attempt 1 failed"]
+    assert [(p.task_id, p.candidate_id, p.attempt_errors) for p in report.proposals] == [
+        ("a-v0", None, ["attempt 1 failed"]), ("b-v0", None, ["attempt 1 failed"])]
     assert new.counts()["pending"] == 0 and new == TaskStore.from_seed([a, b])
     assert metrics["env/proposal_failed"] == 2.0 and metrics["env/proposed"] == 0.0
 
@@ -242,7 +259,7 @@ def test_metrics_match_the_report_counts():
     for rewrite, proposed in ((FakeRewrite(), 2), (FakeRewrite(fail=True), 0)):
         _, report, metrics = run_adapt(store, trajectories, rewrite=rewrite)
         assert (len(report.accepted), len(report.rejected), len(report.proposed)) == (1, 1, proposed)
-        assert metrics == {
+        assert counts(metrics) == {
             "env/accepted": float(len(report.accepted)),
             "env/rejected": float(len(report.rejected)),
             "env/proposed": float(len(report.proposed)),
@@ -264,6 +281,6 @@ def test_rewrite_receives_the_critic_feedback_of_rejected_steps():
     new, _, _ = run_adapt(TaskStore.from_seed([a, other]), runs, judged, rewrite=rewrite)
     expected = ("Failed trajectories: 4 of 5. Steps rejected by every judge sample: 3 (1 distinct actions).\n"
                 '- "go to shelf 1" rejected 3x in 3 failed runs; judge: "The shelf is empty."')
-    assert [(c[0], c[1], c[2]) for c in rewrite.calls] == [("a-v0", "easier", expected)]
-    assert expected == critic_feedback(runs, judged)
-    assert new.slot("a").pending.feedback == expected
+    assert [(c[0], c[1], c[2].render()) for c in rewrite.calls] == [("a-v0", "easier", expected)]
+    assert rewrite.calls[0][2] == critic_feedback(runs, judged)
+    assert new.slot("a").pending.feedback.render() == expected

@@ -14,8 +14,12 @@ from rla_core.adaptation.rewriters import (
     get_rewriter,
     spec_hash,
 )
-from rla_core.envs.base import SpecError
-from rla_core.schemas import Task
+from rla_core.envs.base import Adjustment, SpecError
+from rla_core.schemas import CriticFeedback, RejectedAction, Task
+
+NO_FEEDBACK = CriticFeedback()
+SHELF = CriticFeedback(trajectories=4, failed=3, rejected_steps=3,
+                       actions=[RejectedAction(action="go to shelf 1", count=3, runs=3, rationale="went to shelf 3x")])
 
 
 class FakeFamily:
@@ -26,18 +30,20 @@ class FakeFamily:
     def __init__(self) -> None:
         self.adjust_calls = 0
 
-    def validate(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def validate(self, spec: dict[str, Any], horizon: int | None = None) -> dict[str, Any]:
         size = spec.get("size")
         if set(spec) != {"size"} or not isinstance(size, int) or not 1 <= size <= 5:
             raise SpecError(f"bad spec {spec}")
         return {"size": size}
 
-    def adjust(self, spec: dict[str, Any], direction: str, feedback: str, rng: random.Random):
+    def adjust(self, spec: dict[str, Any], direction: str, feedback: CriticFeedback, rng: random.Random,
+               horizon: int | None = None):
         self.adjust_calls += 1
         size = spec["size"] + (1 if direction == "harder" else -1)
         if not 1 <= size <= 5:
             raise SpecError(f"cannot make size {spec['size']} {direction}")
-        return {"size": size}, f"size {spec['size']} -> {size}"
+        evidence = "rejected" if feedback.actions else None
+        return {"size": size}, Adjustment("size", spec["size"], size, evidence, f"size {spec['size']} -> {size}")
 
     def difficulty(self, spec: dict[str, Any]) -> float:
         return float(spec["size"])
@@ -59,17 +65,19 @@ def test_spec_hash_and_candidate_id_are_deterministic():
 
 def test_procedural_harder():
     family = FakeFamily()
-    task, metrics, log = ProceduralRewriter().rewrite(parent(2), "harder", "fb", 3, random.Random(0), family)
+    task, metrics, log = ProceduralRewriter().rewrite(parent(2), "harder", SHELF, 3, random.Random(0), family)
     assert task.spec == {"size": 3} and task.task_id == "s0-v1-5437a864" and task.version == 1
-    assert metrics == {"rewrite_attempts": 1.0, "rewrite_ok": 1.0, "difficulty_before": 2.0,
-                       "difficulty_after": 3.0, "difficulty_delta": 1.0}
-    assert [(a.attempt, a.ok, a.reason) for a in log] == [(0, True, "size 2 -> 3")]
+    assert metrics == {"rewrite_attempts": 1.0, "rewrite_ok": 1.0, "rewrite_valid_attempts": 1.0,
+                       "rewrite_from_feedback": 1.0, "difficulty_before": 2.0, "difficulty_after": 3.0,
+                       "difficulty_delta": 1.0}
+    assert [(a.attempt, a.ok, a.reason, a.knob, a.from_feedback) for a in log] == [
+        (0, True, "size 2 -> 3", "size", True)]
     assert family.adjust_calls == 1  # stops at the first valid attempt
 
 
 def test_procedural_gives_up_after_attempts():
     family = FakeFamily()
-    task, metrics, log = ProceduralRewriter().rewrite(parent(5), "harder", "", 3, random.Random(0), family)
+    task, metrics, log = ProceduralRewriter().rewrite(parent(5), "harder", NO_FEEDBACK, 3, random.Random(0), family)
     assert task is None and metrics["rewrite_ok"] == 0.0 and metrics["rewrite_attempts"] == 3.0
     assert "difficulty_after" not in metrics
     assert [a.ok for a in log] == [False, False, False] and "cannot make size 5 harder" in log[0].error
@@ -82,11 +90,11 @@ def test_llm_first_valid_answer_wins_and_prompt_has_context():
         prompts.append(batch)
         return ["no json here", 'Here: {"size": 9}', 'same {"size": 2}', 'ok {"size": 1} done', '{"size": 4}']
 
-    task, metrics, log = LLMRewriter(generate).rewrite(parent(2), "easier", "went to shelf 3x", 5, random.Random(0), FakeFamily())
+    task, metrics, log = LLMRewriter(generate).rewrite(parent(2), "easier", SHELF, 5, random.Random(0), FakeFamily())
     assert len(prompts) == 1 and len(prompts[0]) == 5  # one batched call
     prompt = prompts[0][0]
     assert '{"size": 2}' in prompt and '{"size": integer 1..5}' in prompt
-    assert "easier" in prompt and "went to shelf 3x" in prompt
+    assert "easier" in prompt and SHELF.render() in prompt  # the critic's own rendering, whole
     assert task.spec == {"size": 1} and task.task_id == "s0-v1-fe36923e" and task.difficulty == 1.0
     assert [a.ok for a in log] == [False, False, False, True]
     assert "no JSON object" in log[0].error and "SpecError" in log[1].error and log[2].error == "unchanged spec"
@@ -96,10 +104,11 @@ def test_llm_first_valid_answer_wins_and_prompt_has_context():
 
 def test_llm_all_invalid_and_wrong_answer_count():
     family = FakeFamily()
-    task, metrics, log = LLMRewriter(lambda b: ["{}"] * len(b)).rewrite(parent(), "harder", "", 2, random.Random(0), family)
+    task, metrics, log = LLMRewriter(lambda b: ["{}"] * len(b)).rewrite(parent(), "harder", NO_FEEDBACK, 2,
+                                                                        random.Random(0), family)
     assert task is None and metrics["rewrite_ok"] == 0.0 and len(log) == 2
     with pytest.raises(ValueError, match="answers"):
-        LLMRewriter(lambda b: ["{}"]).rewrite(parent(), "harder", "", 2, random.Random(0), family)
+        LLMRewriter(lambda b: ["{}"]).rewrite(parent(), "harder", NO_FEEDBACK, 2, random.Random(0), family)
 
 
 def test_first_json_object():
@@ -117,4 +126,4 @@ def test_registry():
     with pytest.raises(ValueError, match="generate"):
         get_rewriter("llm")
     with pytest.raises(ValueError):
-        ProceduralRewriter().rewrite(parent(), "harder", "", 0, random.Random(0), FakeFamily())
+        ProceduralRewriter().rewrite(parent(), "harder", NO_FEEDBACK, 0, random.Random(0), FakeFamily())

@@ -7,7 +7,10 @@ import random
 import pytest
 
 from rla_core.adaptation.store import TaskStore
-from rla_core.schemas import PendingCandidate, Task
+from rla_core.schemas import CriticFeedback, PendingCandidate, RejectedAction, Task
+
+FEEDBACK = CriticFeedback(trajectories=8, failed=8, rejected_steps=3,
+                          actions=[RejectedAction(action="go to shelf 1", count=3, runs=2, rationale="empty")])
 
 
 def seed_tasks(n: int = 4) -> list[Task]:
@@ -17,7 +20,8 @@ def seed_tasks(n: int = 4) -> list[Task]:
 def candidate(slot: str, version: int = 1, created: int = 0, direction: str = "harder") -> PendingCandidate:
     task = Task(task_id=f"{slot}-v{version}-abc", slot_id=slot, spec={"size": 9}, version=version, difficulty=9.0)
     return PendingCandidate(
-        task=task, direction=direction, created_iteration=created, prev_acc=0.9, source="procedural", feedback="why"
+        task=task, direction=direction, created_iteration=created, prev_acc=0.9, source="procedural",
+        reason="why", feedback=FEEDBACK,
     )
 
 
@@ -71,6 +75,7 @@ def test_accept_makes_candidate_active_with_history():
     event = slot.history[-1]
     assert (event.version, event.task_id, event.iteration, event.source) == (1, "s1-v1-abc", 3, "procedural")
     assert (event.direction, event.acc_before, event.acc_after, event.reason) == ("harder", 0.9, 0.5, "why")
+    assert event.feedback == FEEDBACK  # the critic feedback the rewrite came from stays in the history
     assert before.slot("s1").active.task_id == "s1-v0"  # the old store still holds the old version
     assert after.counts() == {"slots": 4, "pending": 0, "accepted_rewrites": 1, "max_version": 1}
     # the next rewrite of this slot must be version 2

@@ -11,6 +11,7 @@ import pytest
 from rla_core.envs.base import ENVIRONMENTS, Episode, SpecError, get_environment
 from rla_core.envs.household import HOUSEHOLD, demonstration
 from rla_core.envs.household.rewriter import classify_feedback
+from rla_core.schemas import NO_ACTION, CriticFeedback, RejectedAction
 from rla_core.envs.household.world import Layout, State
 
 ENV = HOUSEHOLD
@@ -277,38 +278,77 @@ def test_demonstration_labels():
     assert any(not s.good for s in noisy) and all(s.command in s.admissible for s in noisy)
 
 
-def test_feedback_classification():
-    feedback = ("Trajectory 1 failed.\nstep 2: go to drawer 1 — rejected: does not help the goal\n"
-                "step 3: go to bedroom — rejected: wrong room\nstep 4: open cabinet 2 - rejected: empty\n")
+def rejected(*actions: str) -> CriticFeedback:
+    """Feedback whose failed runs had each of `actions` rejected once by every judge sample."""
+    items = [RejectedAction(action=a, count=1, runs=1, rationale="bad") for a in actions]
+    return CriticFeedback(trajectories=4, failed=4, rejected_steps=len(items), actions=items)
+
+
+def test_feedback_classification_weights_actions_by_their_count():
+    feedback = CriticFeedback(trajectories=3, failed=3, rejected_steps=6, actions=[
+        RejectedAction(action="go to drawer 1", count=3, runs=2), RejectedAction(action="open cabinet 2", count=2, runs=1),
+        RejectedAction(action="go to bedroom", count=1, runs=1), RejectedAction(action=NO_ACTION, count=1, runs=1)])
     counts, examples = classify_feedback(feedback)
-    assert counts == {"navigation": 2, "containers": 1} and examples["navigation"] == "go to drawer 1"
+    assert counts == {"navigation": 4, "containers": 2, "invalid": 1}
+    assert examples == {"navigation": "go to drawer 1", "containers": "open cabinet 2", "invalid": NO_ACTION}
 
 
 @pytest.mark.parametrize("direction, feedback, start, knob, expected", [
-    ("harder", "step 1: go to shelf 1 — rejected: x\nstep 2: go to bed 1 — rejected: y", {"rooms": 1}, "rooms", 2),
-    ("easier", "step 1: go to shelf 1 — rejected: x", {"rooms": 1, "distractors": 4}, "distractors", 2),
-    ("harder", "step 5: open drawer 1 — rejected: nothing inside", {"closed": 1}, "closed", 2),
-    ("easier", "step 5: close fridge 1 — rejected: why", {"closed": 2}, "closed", 1),
-    ("harder", "step 3: heat mug 1 with microwave 1 — rejected: wrong", {"goal_type": "clean"}, "goal_type", "put_two"),
-    ("easier", "step 3: clean mug 1 with sinkbasin 1 — rejected: no", {"goal_type": "clean"}, "goal_type", "examine"),
-    ("harder", "the policy did fine", {"step_limit": 16}, "step_limit", 14),
-    ("easier", "", {"step_limit": 12}, "step_limit", 14),
+    ("harder", rejected("go to shelf 1", "go to bed 1"), {"rooms": 1}, "rooms", 2),
+    ("easier", rejected("go to shelf 1"), {"rooms": 1, "distractors": 4}, "distractors", 2),
+    ("harder", rejected("open drawer 1"), {"closed": 1}, "closed", 2),
+    ("easier", rejected("close fridge 1"), {"closed": 2}, "closed", 1),
+    ("harder", rejected("heat mug 1 with microwave 1"), {"goal_type": "clean"}, "goal_type", "put_two"),
+    ("easier", rejected("clean mug 1 with sinkbasin 1"), {"goal_type": "clean"}, "goal_type", "examine"),
+    ("harder", rejected("look"), {"step_limit": 16}, "step_limit", 14),
+    ("harder", CriticFeedback(), {"step_limit": 16}, "step_limit", 14),
+    ("easier", CriticFeedback(), {"step_limit": 12}, "step_limit", 14),
 ])
 def test_adjust_turns_the_knob_named_by_the_evidence(direction, feedback, start, knob, expected):
     spec = ENV.generate({"goal_type": "clean", **start}, random.Random(4))
-    new_spec, reason = ENV.adjust(spec, direction, feedback, random.Random(9))
+    new_spec, change = ENV.adjust(spec, direction, feedback, random.Random(9))
     assert ENV.validate(copy.deepcopy(new_spec)) == new_spec
-    assert new_spec["knobs"][knob] == expected
-    assert reason.startswith(f"{direction}: {knob} ") and f"-> {expected}" in reason
+    assert new_spec["knobs"][knob] == expected and (change.knob, change.after) == (knob, expected)
+    assert change.from_feedback == bool(feedback.actions)
+    assert change.reason.startswith(f"{direction}: {knob} ") and f"-> {expected}" in change.reason
     before = {**ENV.knobs_of(spec), "goal_type": spec["goal"]["type"]}  # adjust pins the sampled type
     others = [k for k in before if k != knob]
     assert {k: new_spec["knobs"][k] for k in others} == {k: before[k] for k in others}
+    if knob == "step_limit":  # the knob is the turns to spare: limit minus plan length
+        before_m, after_m = spec["step_limit"] - ENV.difficulty(spec), new_spec["step_limit"] - ENV.difficulty(new_spec)
+        assert after_m < before_m if direction == "harder" else after_m > before_m
+    else:
+        plan_before, plan_after = ENV.difficulty(spec), ENV.difficulty(new_spec)
+        assert plan_after >= plan_before if direction == "harder" else plan_after <= plan_before
 
 
 def test_adjust_at_bound_picks_another_knob():
     spec = ENV.generate({"rooms": 4, "goal_type": "put", "step_limit": 30}, random.Random(1))
-    new_spec, reason = ENV.adjust(spec, "harder", "step 1: go to kitchen — rejected: lost", random.Random(0))
-    assert new_spec["knobs"]["rooms"] == 4 and reason.startswith("harder: distractors 2 -> 4")
+    new_spec, change = ENV.adjust(spec, "harder", rejected("go to kitchen"), random.Random(0))
+    assert new_spec["knobs"]["rooms"] == 4 and change.reason.startswith("harder: distractors 2 -> 4")
+    assert change.from_feedback  # distractors is navigation's second knob
+
+
+def test_step_limit_moves_only_inside_the_horizon():
+    """A step limit above the runner's turn cap is never reached: easier never raises it past the
+    horizon (another knob turns instead), harder lowers it from the horizon, not from the spec value."""
+    spec = ENV.generate({"goal_type": "put", "distractors": 2, "step_limit": 12}, random.Random(3))
+    new_spec, change = ENV.adjust(spec, "easier", rejected("look"), random.Random(0), horizon=12)
+    assert change.knob == "distractors" and new_spec["step_limit"] == 12
+    far = ENV.generate({"goal_type": "put", "step_limit": 30}, random.Random(3))
+    harder, change = ENV.adjust(far, "harder", rejected("look"), random.Random(0), horizon=12)
+    assert (change.knob, change.before, change.after) == ("step_limit", 30, 10) and harder["step_limit"] == 10
+    with pytest.raises(SpecError, match="horizon of 3 turns"):
+        ENV.validate(spec, horizon=3)
+
+
+def test_content_hash_ignores_how_the_spec_was_generated():
+    spec = ENV.generate({"goal_type": "put"}, random.Random(5))
+    relabelled = {**copy.deepcopy(spec), "seed": 123, "knobs": {**spec["knobs"], "distractors": 7}}
+    assert ENV.content_hash(relabelled) == ENV.content_hash(spec)
+    moved = copy.deepcopy(spec)
+    moved["step_limit"] += 1
+    assert ENV.content_hash(moved) != ENV.content_hash(spec)
 
 
 def test_describe_schema_mentions_every_field():

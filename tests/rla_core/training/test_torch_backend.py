@@ -76,17 +76,25 @@ def test_parameters_change_and_metrics_are_reported(tokenizer):
     assert not torch.equal(flat_params(model), before)
 
 
-def test_minibatches_are_disjoint_shuffled_and_capped(tokenizer):
-    trainer = TorchTrainer(tiny_model(tokenizer), config(max_optimizer_steps=2), 1e-3)
+def test_minibatches_are_one_pass_of_near_equal_disjoint_batches(tokenizer):
+    trainer = TorchTrainer(tiny_model(tokenizer), config(max_optimizer_steps=None), 1e-3)
     scored = trainer.score(varied_samples(10))
     batches = trainer.minibatches(scored, rng_seed=3)
-    assert [len(b) for b in batches] == [4, 4]  # capped at max_optimizer_steps
+    assert [len(b) for b in batches] == [3, 4, 3]  # ceil(10/4) batches, none over 4, no tiny remainder
     ids = [item.sample.sample_index for batch in batches for item in batch]
-    assert len(set(ids)) == 8 and ids != list(range(8))
+    assert sorted(ids) == list(range(10)) and ids != list(range(10))  # every sample once, shuffled
     assert ids == [i.sample.sample_index for b in trainer.minibatches(scored, rng_seed=3) for i in b]
-    uncapped = TorchTrainer(tiny_model(tokenizer), config(max_optimizer_steps=8), 1e-3)
-    all_ids = [i.sample.sample_index for b in uncapped.minibatches(scored, 3) for i in b]
-    assert sorted(all_ids) == list(range(10))
+    capped = TorchTrainer(tiny_model(tokenizer), config(max_optimizer_steps=2), 1e-3)
+    first_two = [i.sample.sample_index for b in capped.minibatches(scored, 3) for i in b]
+    assert first_two == ids[:7]  # an explicit cap keeps the first batches of the same pass
+
+
+def test_train_counts_samples_trained_and_left_over_by_a_cap(tokenizer):
+    samples = varied_samples(10)
+    full = TorchTrainer(tiny_model(tokenizer), config(max_optimizer_steps=None), 1e-3).train(samples)
+    assert (full["samples"], full["samples_trained"], full["samples_over_cap"], full["optimizer_steps"]) == (10, 10, 0, 3)
+    capped = TorchTrainer(tiny_model(tokenizer), config(max_optimizer_steps=1), 1e-3).train(samples)
+    assert (capped["samples_trained"], capped["samples_over_cap"], capped["optimizer_steps"]) == (3, 7, 1)
 
 
 def test_gradient_accumulation_is_exact(tokenizer):
