@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     with_config("bootstrap", "supervised warm-start of policy and judge + baseline evaluation (DVC stage)")
     evaluate = with_config("eval", "evaluate a run's latest (or given) policy and judge on held-out tasks")
     evaluate.add_argument("--iteration", type=int, default=None, help="default: the latest completed")
+    abl = with_config("ablation", "the paper's ablation rows (a) outcome only … (d) full loop, over several seeds")
+    abl.add_argument("--seeds", type=int, default=3, help="seeds run.seed, run.seed+1, … (default 3)")
+    abl.add_argument("--rows", default="abcd", help="rows to run, e.g. abcd or ad (default abcd)")
+    abl.add_argument("--name", default="ablation", help="folder under run.output_dir (default ablation)")
     data = sub.add_parser("data", help="build the fixed held-out/dev task files and judge benchmarks (data/)")
     data.add_argument("action", choices=["build"])
     data.add_argument("--config", action="append", default=None, help="YAML override file (default: quickstart)")
@@ -74,13 +78,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.worker(args.pool, args.limit, args.name)
     if args.command == "data":
         return commands.build_data(args.config or [str(QUICKSTART)], args.overrides, args.out)
-    configs = args.config or ([str(QUICKSTART)] if args.command == "quickstart" else [])
-    if args.command != "quickstart" and not configs:
+    configs = args.config or ([str(QUICKSTART)] if args.command in ("quickstart", "ablation") else [])
+    if not configs:
         raise ValueError(f"rla {args.command} needs --config FILE")
     if args.command == "seed":
         return commands.seed(configs, args.overrides, args.out)
     if args.command == "bootstrap":
         return commands.prepare(configs, args.overrides, args.out)
+    if args.command == "ablation":
+        return commands.run_ablation(configs, args.overrides, args.seeds, args.rows, args.name, args.out)
     if args.command == "eval":
         return commands.evaluate(configs, args.overrides, args.iteration, args.out)
     return commands.run(configs, args.overrides, args.out)

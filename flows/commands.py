@@ -102,6 +102,24 @@ def evaluate(configs: list[str], overrides: list[str], iteration: int | None, ou
     return 0
 
 
+def run_ablation(configs: list[str], overrides: list[str], seeds: int, rows: str, name: str,
+                 out: str | None = None) -> int:
+    from rla_core.ablation import parse_rows
+
+    load_config(configs, overrides)
+    parse_rows(rows)  # bad rows fail before any flow starts
+    if seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    from flows.ablation import ablation
+
+    result = ablation(configs, overrides, seeds, rows, name)
+    if out:
+        _emit(result, out)
+    print(result["table"])
+    print(f"files: {', '.join(result['files'].values())}   MLflow UI: rla ui --run {result['root']}")
+    return 0
+
+
 def build_data(configs: list[str], overrides: list[str], out: str | None) -> int:
     """Task files first (the warm-start must not train on them), then the warm-start of the config's
     run seed in a run of its own, then the judge benchmarks from its policy, then the manifest."""

@@ -115,6 +115,9 @@ class JudgeConfig(_Section):
     max_new_tokens: int = Field(12, gt=0)
     batch_size: int = Field(256, gt=0)
     train: bool = Field(True, description="judge training on/off (ablation switch)")
+    outcome_balance: bool = Field(
+        False, description="beyond the paper: weight the judge's consistency rewards so that steps of "
+        "successful and failed runs count equally inside a task (counters the drift towards -1)")
 
 
 class RewardConfig(_Section):
@@ -154,7 +157,10 @@ class TrainConfig(_Section):
     clip_eps: float = Field(0.2, gt=0, description="ε")
     kl_beta: float = Field(0.01, ge=0, description="β")
     reference: Literal["old", "initial"] = "old"
-    minibatch_size: int = Field(256, gt=0, description="samples per optimizer step")
+    minibatch_size: int = Field(256, gt=0, description="at most this many samples per optimizer step")
+    optimizer_steps: int | None = Field(
+        None, gt=0, description="exactly this many optimizer steps per update, the samples split evenly "
+        "among them (equal steps whatever the data size); None = as many as minibatch_size needs")
     micro_batch_size: int = Field(64, gt=0, description="samples per forward; GAS = ceil(mini/micro)")
     max_optimizer_steps: int | None = Field(
         None, gt=0, description="cap on optimizer steps per model per iteration; None = one pass over all samples")

@@ -199,25 +199,47 @@ def policy_samples(
     return samples, metrics
 
 
+def outcome_weights(steps: Iterable[tuple[str, bool]]) -> dict[tuple[str, bool], float]:
+    """Weights that give the steps of successful and of failed runs equal total weight inside a task.
+
+    steps: (task_id, success) per trained step. w(task, outcome) = n_task / (2 · n_task,outcome), so the
+    weights of a task's steps average 1. A task with steps of one outcome only keeps weight 1.
+    """
+    counts: dict[tuple[str, bool], int] = defaultdict(int)
+    for key in steps:
+        counts[key] += 1
+    weights = {}
+    for (task_id, success), count in counts.items():
+        other = counts.get((task_id, not success), 0)
+        weights[(task_id, success)] = (count + other) / (2 * count) if other else 1.0
+    return weights
+
+
 def judge_samples(
     trajectories: Sequence[Trajectory],
     judged: Iterable[JudgedStep] | Mapping[StepKey, JudgedStep],
     step_weight: float,
     alpha_low: float,
     alpha_high: float,
+    outcome_balance: bool = False,
 ) -> tuple[list[TrainingSample], dict[str, float]]:
     """Reward-model TrainingSamples from tasks with α_low ≤ acc ≤ α_high.
 
     For judged step (j, i) and judge sample l: raw_l = R_ji · S_jil if S_jil ∈ {±1}, else −2 (format
     penalty). Advantage = population z-score of raw over the m samples of that step; a step whose raw
-    values have std ≤ 1e-8 is skipped; samples with zero advantage (|Â| ≤ 1e-9) are dropped. The sample carries
-    the judge sample's own generated ids and `judge_sample = l`.
+    values have std ≤ 1e-8 is skipped; samples with zero advantage (|Â| ≤ 1e-9) are dropped. The sample
+    carries the judge sample's own generated ids and `judge_sample = l`.
+
+    `outcome_balance` (beyond the paper): multiply the advantages of a step by `outcome_weights`, so that
+    inside a task the trained steps of successful and of failed runs weigh the same. Without it, failed
+    runs (more of them, and longer) dominate, and the judge drifts towards answering −1 (Theorem 2).
     """
     accuracy = task_accuracy(trajectories)
     kept = [t for t in trajectories if in_band(accuracy[t.task_id], alpha_low, alpha_high)]
+    outcome = {(t.task_id, t.sample_index): t.success for t in kept}
     table = index_judged(judged)
     rewards = step_rewards(kept, table, step_weight)
-    samples: list[TrainingSample] = []
+    scored: list[tuple[StepKey, list[float]]] = []
     skipped = penalised = total = 0
     for key in rewards:  # trajectory order: deterministic and independent of `judged` order
         judged_step = table.get(key)
@@ -231,20 +253,27 @@ def judge_samples(
         if advantages is None:
             skipped += 1
             continue
-        for index, (sample, advantage) in enumerate(zip(judged_step.samples, advantages)):
+        scored.append((key, advantages))
+    weights = outcome_weights((k.task_id, outcome[(k.task_id, k.sample_index)]) for k, _ in scored) \
+        if outcome_balance else {}
+    samples: list[TrainingSample] = []
+    for key, advantages in scored:
+        weight = weights.get((key.task_id, outcome[(key.task_id, key.sample_index)]), 1.0)
+        for index, (sample, advantage) in enumerate(zip(table[key].samples, advantages)):
             if abs(advantage) <= ZERO_ADVANTAGE:
                 continue
             samples.append(
                 TrainingSample(
                     prompt_ids=list(sample.prompt_ids),
                     response_ids=list(sample.response_ids),
-                    advantage=advantage,
+                    advantage=advantage * weight,
                     task_id=key.task_id,
                     sample_index=key.sample_index,
                     step_index=key.step_index,
                     judge_sample=index,
                 )
             )
+    trained_success = sum(outcome[(k.task_id, k.sample_index)] for k, _ in scored)
     metrics = {
         "judge/tasks": float(len(accuracy)),
         "judge/tasks_in_band": float(sum(in_band(a, alpha_low, alpha_high) for a in accuracy.values())),
@@ -252,6 +281,7 @@ def judge_samples(
         "judge/steps_zero_variance": float(skipped),
         "judge/samples": float(len(samples)),
         "judge/format_penalty_rate": penalised / total if total else 0.0,
+        "judge/trained_steps_from_successes": trained_success / len(scored) if scored else 0.0,
     }
     return samples, metrics
 

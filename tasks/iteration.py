@@ -114,7 +114,8 @@ def build_data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
               if j.task_id not in rejected]
     policy, policy_metrics = policy_samples(trajectories, judged, cfg.reward.step_weight)
     judge_data, judge_metrics = judge_samples(trajectories, judged, cfg.reward.step_weight,
-                                              cfg.environment.alpha_low, cfg.environment.alpha_high)
+                                              cfg.environment.alpha_low, cfg.environment.alpha_high,
+                                              cfg.judge.outcome_balance)
     write_records(out / "policy.jsonl", policy)
     write_records(out / "judge.jsonl", judge_data)
     return {"metrics": {f"data/{n}": v for n, v in {**policy_metrics, **judge_metrics}.items()}}

@@ -87,16 +87,18 @@ def train_judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 
 
 def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
-                    seed: int) -> dict[str, float]:
-    """Held-out success rate of a policy (greedy by default), p₊/p₋ of a judge on those episodes
-    (`heldout/judge_*`, a moving target), and the judge on the fixed benchmark steps (`bench/*`)."""
+                    seed: int, judge_episodes: bool = True) -> dict[str, float]:
+    """Held-out success rate of a policy (greedy by default), the judge on the fixed benchmark steps
+    (`bench/*`) and, with `judge_episodes`, p₊/p₋ of the judge on the policy's held-out episodes
+    (`heldout/judge_*`: a moving target, reported beside the benchmark, not instead of it)."""
     tasks = read_records(paths.heldout, Task)
     trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.episodes_per_task,
                                     cfg.eval.temperature, seed, "held-out eval")
-    judged, judge_metrics = judge_all(paths, cfg, trajectories, judge_dir, seed, "held-out judge", cfg.eval.judge_m)
     write_records(out / "heldout_trajectories.jsonl", trajectories)
     metrics = {f"heldout/{n}": v for n, v in rollout_metrics(trajectories).items()}
-    metrics.update({f"heldout/judge_{n}": v for n, v in judge_metrics.items()})
+    if judge_episodes:
+        _, judge_metrics = judge_all(paths, cfg, trajectories, judge_dir, seed, "held-out judge", cfg.eval.judge_m)
+        metrics.update({f"heldout/judge_{n}": v for n, v in judge_metrics.items()})
     metrics["heldout/episodes"] = float(len(trajectories))
     if paths.judge_benchmark.is_file():
         metrics.update({f"bench/{n}": v for n, v in score_judge_benchmark(paths, cfg, judge_dir, out, seed).items()})
@@ -119,10 +121,11 @@ def score_judge_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, out: Pa
 @task(name="evaluate", **STAGE)
 @resumable("evaluate")
 def evaluate(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
-    """Evaluate every `eval_every` iterations and at the last one; otherwise record a skip."""
+    """Evaluate every `eval_every` iterations and at the last one; otherwise record a skip. The judge
+    on the policy's own held-out episodes is scored at the last one only (the benchmark every time)."""
     every, last = cfg.run.eval_every, cfg.run.iterations
     if not (k == last or (every and k % every == 0)):
         return {"evaluated": False, "metrics": {}}
     metrics = evaluate_models(paths, cfg, paths.model_dir(k + 1, "policy"), paths.model_dir(k + 1, "judge"), out,
-                              stage_seed(cfg, k, "evaluate"))
+                              stage_seed(cfg, k, "evaluate"), judge_episodes=k == last)
     return {"evaluated": True, "metrics": metrics}

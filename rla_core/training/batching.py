@@ -96,14 +96,18 @@ def chunked(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
-def even_chunks(items: Sequence[T], size: int) -> list[list[T]]:
-    """ceil(len/size) consecutive disjoint chunks of near-equal length (they differ by at most one), none
-    longer than `size`: a pass over all items with no tiny remainder chunk."""
-    if size <= 0:
-        raise ValueError(f"chunk size must be > 0, got {size}")
-    count = -(-len(items) // size)
-    bounds = [round(i * len(items) / count) for i in range(count + 1)] if count else [0]
-    return [list(items[bounds[i]:bounds[i + 1]]) for i in range(count)]
+def split_groups(groups: Sequence[Sequence[int]], count: int) -> list[list[int]]:
+    """Consecutive groups packed into `count` parts of near-equal size, no group split: a group goes to
+    the part its midpoint falls in (singletons: parts differ by at most one). Empty parts are dropped."""
+    if count <= 0:
+        raise ValueError(f"part count must be > 0, got {count}")
+    total = sum(len(g) for g in groups)
+    parts: list[list[int]] = [[] for _ in range(count)]
+    seen = 0
+    for group in groups:
+        parts[min(count - 1, int((seen + len(group) / 2) * count / total))].extend(group)
+        seen += len(group)
+    return [part for part in parts if part]
 
 
 def length_order(items: Sequence[SequencePair]) -> list[int]:
@@ -150,13 +154,89 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn
     return (model.get_decoder(), head) if head is not None else None
 
 
+def prompt_groups(items: Sequence[SequencePair]) -> list[list[int]]:
+    """Indices of `items` grouped by identical prompt_ids, groups in first-seen order.
+
+    The m judge samples of one step share their prompt, and so do the first steps of the N rollouts of
+    one task: `forward_logprobs` runs such a prompt once for the whole group.
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, item in enumerate(items):
+        groups.setdefault(tuple(item.prompt_ids), []).append(index)
+    return list(groups.values())
+
+
+def group_chunks(items: Sequence[SequencePair], size: int) -> list[list[int]]:
+    """Indices of `items` in micro-batches of at most `size` (a bigger group gets one of its own) that
+    keep same-prompt groups whole, longest rows first so that each micro-batch pads little."""
+    def longest(group: list[int]) -> int:
+        return max(len(items[i].prompt_ids) + len(items[i].response_ids) for i in group)
+
+    chunks: list[list[int]] = []
+    for group in sorted(prompt_groups(items), key=lambda g: (-longest(g), g[0])):
+        if chunks and len(chunks[-1]) + len(group) <= size:
+            chunks[-1].extend(group)
+        else:
+            chunks.append(list(group))
+    return chunks
+
+
+def _shared_prefix_logprobs(decoder: torch.nn.Module, head: torch.nn.Module, batch: Batch) -> Tensor | None:
+    """`forward_logprobs` with each distinct prompt of the batch run once (None when none repeats).
+
+    The distinct prompts go through the decoder right-padded, with a KV cache; the cache is indexed out
+    to one copy per row (differentiable, so gradients from every response reach the shared prompt);
+    then all responses run on top of it. A row's first response token is predicted from its prompt's
+    last hidden state, the others from the response pass. Same numbers as the unshared forward up to
+    float rounding.
+    """
+    mask = batch.response_mask.bool()
+    starts = mask.int().argmax(dim=1).tolist()  # prompt length of each row
+    rows = batch.input_ids.tolist()
+    distinct: dict[tuple[int, ...], int] = {}
+    group = [distinct.setdefault(tuple(row[:start]), len(distinct)) for row, start in zip(rows, starts)]
+    if len(distinct) == len(rows):
+        return None
+    device, pad_id = batch.input_ids.device, 0  # pads are masked: any id will do
+    prompts = list(distinct)
+    width = max(len(p) for p in prompts)
+    prompt_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    for row, prompt in enumerate(prompts):
+        prompt_ids[row, : len(prompt)] = torch.tensor(prompt, dtype=torch.long)
+        prompt_mask[row, : len(prompt)] = 1
+    positions = torch.arange(width, device=device).expand(len(prompts), width)
+    out = decoder(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=True)
+    index = torch.tensor(group, dtype=torch.long, device=device)
+    cache = out.past_key_values
+    cache.batch_select_indices(index)
+    lengths = mask.sum(dim=1)
+    span = int(lengths.max())
+    response_mask = torch.arange(span, device=device)[None, :] < lengths[:, None]
+    response_ids = torch.full((len(rows), span), pad_id, dtype=torch.long, device=device)
+    response_ids[response_mask] = batch.input_ids[mask]
+    start = torch.tensor(starts, dtype=torch.long, device=device)
+    hidden = decoder(input_ids=response_ids, attention_mask=torch.cat([prompt_mask[index], response_mask.long()], 1),
+                     position_ids=start[:, None] + torch.arange(span, device=device)[None, :],
+                     past_key_values=cache, use_cache=True).last_hidden_state
+    last_prompt = out.last_hidden_state[index, start - 1]  # predicts response token 0
+    predictors = torch.cat([last_prompt[:, None, :], hidden[:, :-1, :]], dim=1)[response_mask]
+    logits = head(predictors).float()
+    targets = response_ids[response_mask]
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    result = torch.zeros(mask.shape, dtype=picked.dtype, device=device)
+    result[mask] = picked  # row-major: the same token order as response_mask
+    return result
+
+
 def forward_logprobs(model: torch.nn.Module, batch: Batch) -> Tensor:
     """Per-token log-probs [B, T] of `batch` under `model` (0 outside the response); keeps grad.
 
     For plain causal LMs the vocabulary projection runs only at the positions that predict a response
     token (t−1 for each response token t), not at every position: responses are a few tokens of rows
     of hundreds, and the [B, T, V] logits were most of the memory and a large share of the compute.
-    Same numbers as `sequence_logprobs(model(...).logits, ...)` up to float rounding.
+    Rows that share their prompt run it once (`_shared_prefix_logprobs`). Same numbers as
+    `sequence_logprobs(model(...).logits, ...)` up to float rounding.
     """
     from rla_core.losses import sequence_logprobs
 
@@ -169,6 +249,9 @@ def forward_logprobs(model: torch.nn.Module, batch: Batch) -> Tensor:
     mask = batch.response_mask.bool()
     if mask[:, 0].any():
         raise ValueError("response_mask[:, 0] must be 0: position 0 has no preceding token to predict it")
+    shared = _shared_prefix_logprobs(decoder, head, batch)
+    if shared is not None:
+        return shared
     hidden = decoder(**inputs).last_hidden_state
     predicts = torch.zeros_like(mask)
     predicts[:, :-1] = mask[:, 1:]  # row-major order of predicts matches that of mask, token by token
@@ -189,14 +272,15 @@ def response_logprobs(
 ) -> list[Tensor]:
     """Log-probs of each item's response tokens under `model`, no grad: list of [n_i] tensors.
 
-    Runs in micro-batches of `micro_batch_size` cut in `length_order`; the result is in the order
-    of `items`.
+    Runs in micro-batches of at most `micro_batch_size` that keep same-prompt items together
+    (`group_chunks`); the result is in the order of `items`.
     """
     device = model_device(model)
-    order = length_order(items)
+    chunks = group_chunks(items, micro_batch_size)
+    order = [i for chunk in chunks for i in chunk]
     scored: list[Tensor] = []
-    for chunk in chunked([items[i] for i in order], micro_batch_size):
-        batch = collate(chunk, pad_id).to(device)
+    for chunk in chunks:
+        batch = collate([items[i] for i in chunk], pad_id).to(device)
         token_logprobs = forward_logprobs(model, batch)
         lengths = batch.response_mask.sum(dim=-1).tolist()
         scored.extend(token_logprobs[batch.response_mask].split(lengths))

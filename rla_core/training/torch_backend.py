@@ -5,7 +5,8 @@ One call of `train`:
 2. score every kept sample once, no grad: log π_old (the model now) and log π_ref ("old" → the same
    numbers, "initial" → the supplied reference model); the numbers are stored WITH the sample;
 3. shuffle with `rng_seed` and make ONE pass over all of them in disjoint mini-batches of near-equal
-   size, at most `minibatch_size` each (the paper's code does one pass too); `max_optimizer_steps`, when
+   size (the paper's code does one pass too): exactly `optimizer_steps` of them when set (equal steps
+   whatever the data size), else at most `minibatch_size` samples each; `max_optimizer_steps`, when
    set, is an explicit cap, and the samples it leaves out are counted in the metrics;
 4. per mini-batch of M samples: for each micro-batch, backward `per_sample_loss.sum() / M`
    (the accumulated gradient is exactly that of the mini-batch mean), clip the grad norm, AdamW step.
@@ -31,14 +32,15 @@ from rla_core.training.base import Trainer, register_trainer
 from rla_core.training.batching import (
     collate,
     drop_too_long,
-    even_chunks,
     forward_logprobs,
-    length_sorted_chunks,
+    group_chunks,
     model_device,
     model_max_positions,
     model_pad_id,
     place_on_responses,
+    prompt_groups,
     response_logprobs,
+    split_groups,
 )
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -109,12 +111,19 @@ class TorchTrainer(Trainer):
         return response_logprobs(self.model, samples, self.train_cfg.micro_batch_size, self.pad_id)
 
     def minibatches(self, items: Sequence[Item], rng_seed: int) -> list[list[Item]]:
-        """Shuffle with `rng_seed`, then one pass in disjoint near-equal mini-batches (≤ minibatch_size),
-        cut to the first max_optimizer_steps of them when that cap is set."""
+        """One pass over all items in disjoint near-equal mini-batches: exactly `optimizer_steps` of them
+        when set, else as many as keep them near minibatch_size; cut to the first max_optimizer_steps
+        when that cap is set.
+
+        Items that share their prompt (the m judge samples of one step) are shuffled and kept together
+        as one group, so their prompt is computed once (`forward_logprobs`); their advantages, z-scored
+        over the group, also meet in the same step.
+        """
         generator = torch.Generator().manual_seed(rng_seed)
-        order = torch.randperm(len(items), generator=generator).tolist()
-        shuffled = [items[index] for index in order]
-        batches = even_chunks(shuffled, self.train_cfg.minibatch_size)
+        groups = prompt_groups(items)
+        shuffled = [groups[g] for g in torch.randperm(len(groups), generator=generator).tolist()]
+        steps = self.train_cfg.optimizer_steps or -(-len(items) // self.train_cfg.minibatch_size)
+        batches = [[items[i] for i in part] for part in split_groups(shuffled, steps)] if items else []
         cap = self.train_cfg.max_optimizer_steps
         return batches if cap is None else batches[:cap]
 
@@ -144,7 +153,8 @@ class TorchTrainer(Trainer):
         """
         size = len(minibatch)
         totals = dict.fromkeys(_LOSS_METRICS, 0.0)
-        for micro in length_sorted_chunks(minibatch, self.train_cfg.micro_batch_size):
+        for chunk in group_chunks(minibatch, self.train_cfg.micro_batch_size):
+            micro = [minibatch[i] for i in chunk]
             per_sample, parts = self.micro_batch_loss(self.model, micro)
             loss = per_sample.sum() / size
             loss.backward()

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from rla_core.rewards import (
+    outcome_weights,
     StepKey,
     has_mixed_outcomes,
     in_band,
@@ -218,3 +219,25 @@ def test_accuracy_and_filters():
 def test_zscore():
     assert zscore([1.0, 1.0]) is None
     assert zscore([1.0, 3.0]) == pytest.approx([-1.0, 1.0])
+
+
+def test_outcome_balance_gives_successes_and_failures_equal_weight_inside_a_task():
+    """Task "w" (acc 1/2): the success has 1 trained step, the failure 3; m = 2, verdicts split, so every
+    trained step has z-scores (+1, −1). Weights: success 4/(2·1) = 2, failure 4/(2·3) = 2/3."""
+    traj = [make_traj("w", 0, 1, True), make_traj("w", 1, 3, False)]
+    judged = [make_judged("w", 0, 0, [1, -1])] + [make_judged("w", 1, i, [1, -1]) for i in range(3)]
+    plain, _ = judge_samples(traj, judged, 1.0, 0.2, 0.8)
+    balanced, metrics = judge_samples(traj, judged, 1.0, 0.2, 0.8, outcome_balance=True)
+    assert [(s.sample_index, s.step_index, s.judge_sample) for s in balanced] == \
+        [(s.sample_index, s.step_index, s.judge_sample) for s in plain]
+    for before, after in zip(plain, balanced):
+        weight = 2.0 if before.sample_index == 0 else 2 / 3
+        assert after.advantage == pytest.approx(before.advantage * weight)
+    mass = {j: sum(abs(s.advantage) for s in balanced if s.sample_index == j) for j in (0, 1)}
+    assert mass[0] == pytest.approx(mass[1]) == pytest.approx(4.0)
+    assert metrics["judge/trained_steps_from_successes"] == 0.25
+
+
+def test_outcome_weights_leave_one_outcome_tasks_alone():
+    weights = outcome_weights([("t", True), ("t", False), ("t", False), ("u", False)])
+    assert weights == {("t", True): 1.5, ("t", False): 0.75, ("u", False): 1.0}

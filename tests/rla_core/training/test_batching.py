@@ -46,3 +46,60 @@ def test_a_wrapper_without_a_plain_head_uses_the_full_forward():
 def test_length_order_is_longest_first_and_stable():
     items = [SimpleNamespace(prompt_ids=[1] * p, response_ids=[2] * r) for p, r in [(3, 1), (5, 2), (2, 2), (6, 1)]]
     assert length_order(items) == [1, 3, 0, 2]
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_shared_prompts_run_once_with_the_same_logprobs_and_gradients(arch):
+    """Rows sharing a prompt (judge samples of one step) take the cached-prefix path; values and
+    gradients equal the full-logits forward of every row on its own."""
+    tokenizer = train_tokenizer([f"open drawer {i} take key {i * 3} \\boxed{{{i % 7}}}" for i in range(60)], 320)
+    spec = ModelSpec(arch=arch, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_positions=128)
+    model = build_model(spec, tokenizer, seed=0)
+    rng = random.Random(1)
+    prompts = [[rng.randrange(2, len(tokenizer)) for _ in range(rng.randint(3, 30))] for _ in range(3)]
+    items = [SimpleNamespace(prompt_ids=prompts[k % 3], response_ids=[rng.randrange(2, len(tokenizer))
+                                                                       for _ in range(rng.randint(1, 6))])
+             for k in range(8)]  # 3 distinct prompts among 8 rows
+    batch = collate(items, pad_id=0)
+    seen = []
+    hook = model.get_decoder().register_forward_hook(lambda m, args, kwargs, out: seen.append(kwargs["input_ids"].shape),
+                                                     with_kwargs=True)
+    shared = forward_logprobs(model, batch)
+    hook.remove()
+    assert seen[0][0] == 3  # the prompts ran once each
+    shared.sum().backward()
+    shared_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    full = sequence_logprobs(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                   position_ids=batch.position_ids, use_cache=False).logits,
+                             batch.input_ids, batch.response_mask)
+    full.sum().backward()
+    assert torch.allclose(shared, full, atol=1e-5)
+    assert (shared[~batch.response_mask] == 0).all()
+    for got, want in zip(shared_grads, (p.grad for p in model.parameters()), strict=True):
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_group_chunks_keep_same_prompt_items_together():
+    from rla_core.training.batching import group_chunks
+
+    items = [SimpleNamespace(prompt_ids=[1 + k % 4] * (2 + k % 4), response_ids=[9]) for k in range(12)]
+    chunks = group_chunks(items, 5)
+    assert sorted(i for c in chunks for i in c) == list(range(12)) and all(len(c) <= 5 for c in chunks)
+    for chunk in chunks:
+        for i in chunk:  # every item of a prompt sits in its prompt's chunk
+            assert all(j in chunk for j in range(12) if items[j].prompt_ids == items[i].prompt_ids)
+    assert [len(items[c[0]].prompt_ids) for c in chunks] == sorted((len(items[c[0]].prompt_ids) for c in chunks),
+                                                                  reverse=True)
+
+
+def test_split_groups_packs_whole_groups_into_near_equal_parts():
+    from rla_core.training.batching import split_groups
+
+    singletons = [[i] for i in range(10)]
+    assert [len(p) for p in split_groups(singletons, 3)] == [3, 4, 3]
+    assert [i for p in split_groups(singletons, 4) for i in p] == list(range(10))
+    groups = [[0, 1, 2], [3, 4, 5], [6], [7, 8, 9], [10]]
+    parts = split_groups(groups, 2)
+    assert parts == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]  # no group is split
+    assert split_groups([[0, 1, 2, 3]], 3) == [[0, 1, 2, 3]]  # parts that get no group are dropped

@@ -89,6 +89,28 @@ def test_minibatches_are_one_pass_of_near_equal_disjoint_batches(tokenizer):
     assert first_two == ids[:7]  # an explicit cap keeps the first batches of the same pass
 
 
+def test_a_fixed_step_count_splits_all_samples_evenly(tokenizer):
+    trainer = TorchTrainer(tiny_model(tokenizer), config(optimizer_steps=4, minibatch_size=2), 1e-3)
+    batches = trainer.minibatches(varied_samples(10), rng_seed=3)
+    assert [len(b) for b in batches] == [2, 3, 2, 3]  # 4 steps; minibatch_size does not apply
+    assert sorted(s.sample_index for b in batches for s in b) == list(range(10))
+    assert len(trainer.minibatches(varied_samples(3), rng_seed=3)) == 3  # never an empty mini-batch
+
+
+def test_minibatches_keep_samples_of_one_prompt_together(tokenizer):
+    """The m judge samples of a step share a prompt: they are shuffled as one group."""
+    steps = varied_samples(6)
+    judge = [s.model_copy(update={"response_ids": [50 + l], "judge_sample": l, "sample_index": 10 * i + l})
+             for i, s in enumerate(steps) for l in range(3)]
+    trainer = TorchTrainer(tiny_model(tokenizer), config(optimizer_steps=3), 1e-3)
+    batches = trainer.minibatches(judge, rng_seed=5)
+    assert [len(b) for b in batches] == [6, 6, 6]
+    for batch in batches:
+        prompts = [tuple(s.prompt_ids) for s in batch]
+        assert all(prompts.count(p) == 3 for p in prompts)
+    assert sorted(s.sample_index for b in batches for s in b) == sorted(s.sample_index for s in judge)
+
+
 def test_train_counts_samples_trained_and_left_over_by_a_cap(tokenizer):
     samples = varied_samples(10)
     full = TorchTrainer(tiny_model(tokenizer), config(max_optimizer_steps=None), 1e-3).train(samples)

@@ -1,0 +1,115 @@
+"""`rla ablation`: the paper's four rows × several seeds at equal compute, one training run each.
+
+runs/<name>/
+  mlflow.db  mlartifacts/     one MLflow store: a parent run "<name>", a child training run per (row, seed)
+  <row>-seed<s>/              an ordinary run folder (resumable like any `rla run`)
+  ablation.csv / .md / .png   the per-run numbers, the table with paired differences, the curves
+
+A seed's warm-start (seed store, models, baseline evaluation) is computed by its first row and copied
+to its other rows: rows differ only in λ, judge training and adaptation, which none of those use.
+Re-running the same command skips every completed row and iteration.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from prefect import flow
+
+from flows.train import train
+from rla_core.ablation import Row, mean_se, parse_rows
+from rla_core.config import Config, ConfigError, TrackingConfig, load_config
+from tasks.ablation_report import RunResult, read_run, summary_markdown, write_report
+from tasks.paths import RunPaths
+from tasks.storage import is_done
+from tasks.tracking import PARENT_TAG, Tracker
+
+SHARED = ("seed", "models/init", "models/bootstrap", "baseline")  # a seed's warm-start, the same in every row
+
+
+def _row_overrides(cfg: Config, root: Path, row: Row, seed: int) -> list[str]:
+    return [f"run.output_dir={root}", f"run.name={row.key}-seed{seed}", f"run.seed={seed}",
+            f"tracking.mlflow_uri=sqlite:///{root / 'mlflow.db'}", f"tracking.experiment={cfg.tracking.experiment}",
+            *row.overrides(cfg.reward.step_weight)]
+
+
+def share_warm_start(source: Path, target: Path) -> list[str]:
+    """Copy the completed warm-start folders of `source` that `target` lacks; returns what was copied."""
+    copied = []
+    for rel in SHARED:
+        if is_done(source / rel) and not is_done(target / rel):
+            shutil.rmtree(target / rel, ignore_errors=True)
+            shutil.copytree(source / rel, target / rel)
+            copied.append(rel)
+    return copied
+
+
+def _child_run(parent: Tracker, run_dir: Path, cfg: Config, row: Row, seed: int) -> None:
+    """Create (or find) the row's training run in the shared store, nested under the ablation run."""
+    child = Tracker(run_dir, cfg.tracking, run_name=cfg.run.name)
+    for key, value in {PARENT_TAG: parent.run_id, "rla.ablation.row": row.key,
+                       "rla.ablation.seed": str(seed)}.items():
+        child.client.set_tag(child.run_id, key, value)
+
+
+@flow(name="rla-ablation", log_prints=True)
+def ablation(config_files: list[str], overrides: list[str], seeds: int, rows: str = "abcd",
+             name: str = "ablation") -> dict:
+    """Every (row, seed) training run, then the summary files, logged to the ablation's parent run."""
+    base = load_config(config_files, overrides)
+    chosen = parse_rows(rows)
+    if base.reward.step_weight <= 0 and any(r.step_rewards for r in chosen):
+        raise ConfigError("reward.step_weight must be > 0 for the rows with step rewards (b, c, d)")
+    root = (Path(base.run.output_dir) / name).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    parent = Tracker(root, TrackingConfig(experiment=base.tracking.experiment), run_name=name)
+    parent.start()
+    seed_list = [base.run.seed + i for i in range(seeds)]
+    try:
+        results = _run_all(config_files, overrides, base, root, parent, chosen, seed_list)
+    except BaseException:
+        parent.finish("FAILED")
+        raise
+    keys = [r.key for r in chosen]
+    files = write_report(root, results, keys)
+    for path in files.values():
+        parent.log_artifact(path, "ablation")
+    parent.log_metrics(summary_metrics(results, keys), step=0)
+    parent.finish()
+    return {"root": str(root), "table": summary_markdown(results, keys),
+            "files": {k: str(v) for k, v in files.items()}}
+
+
+def summary_metrics(results: list[RunResult], rows: list[str]) -> dict[str, float]:
+    """Per row: mean and standard error of the final held-out success and of its gain over the warm-start."""
+    metrics = {}
+    for key in rows:
+        mine = [r for r in results if r.row == key and r.success]
+        for name, values in (("final", [r.final for r in mine]), ("gain", [r.final - r.baseline for r in mine])):
+            if values:
+                metrics[f"{key}/heldout_{name}_mean"], metrics[f"{key}/heldout_{name}_se"] = mean_se(values)
+    return metrics
+
+
+def _run_all(config_files: list[str], overrides: list[str], base: Config, root: Path, parent: Tracker,
+             chosen: list[Row], seed_list: list[int]) -> list[RunResult]:
+    total, done, started = len(seed_list) * len(chosen), 0, time.perf_counter()
+    results: list[RunResult] = []
+    for seed in seed_list:
+        first: Path | None = None
+        for row in chosen:
+            row_overrides = overrides + _row_overrides(base, root, row, seed)
+            cfg = load_config(config_files, row_overrides)
+            run_dir = root / cfg.run.name
+            if first is not None:
+                share_warm_start(first, run_dir)
+            _child_run(parent, run_dir, cfg, row, seed)
+            eta = (time.perf_counter() - started) / done * (total - done) if done else float("nan")
+            print(f"[ablation {done + 1}/{total}] row ({row.key}) {row.label}, seed {seed}"
+                  + (f"; about {eta / 60:.0f} min left" if done else ""))
+            train(config_files, row_overrides)
+            first = first or run_dir
+            done += 1
+            results.append(read_run(run_dir, row.key, seed))
+    return results

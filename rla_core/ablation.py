@@ -1,0 +1,74 @@
+"""The paper's ablation: four rows at equal compute, each adding one component of the loop, and the
+statistics that compare them over seeds.
+
+    a  outcome only            λ = 0, fixed judge, fixed task set
+    b  + step rewards          λ from the config, fixed judge, fixed task set
+    c  + judge training        λ, judge trained, fixed task set
+    d  + env adaptation        λ, judge trained, task set adapted (the full loop)
+
+Rows change only these three switches, so K, N, m, turns and the warm-start are the same in every
+row of a seed. Means are over seeds with their standard error; adjacent rows are compared by paired
+differences (same seed, same held-out tasks), which removes the seed-to-seed spread of the warm-start.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    label: str
+    step_rewards: bool  # λ > 0 (else λ = 0)
+    judge_train: bool
+    adapt: bool
+
+    def overrides(self, step_weight: float) -> list[str]:
+        """The `--set` overrides that make a base config into this row."""
+        return [f"reward.step_weight={step_weight if self.step_rewards else 0.0}",
+                f"judge.train={str(self.judge_train).lower()}", f"environment.adapt={str(self.adapt).lower()}"]
+
+
+ROWS: dict[str, Row] = {
+    "a": Row("a", "outcome only", False, False, False),
+    "b": Row("b", "+ step rewards (fixed judge)", True, False, False),
+    "c": Row("c", "+ judge training", True, True, False),
+    "d": Row("d", "+ environment adaptation (full)", True, True, True),
+}
+
+
+def parse_rows(text: str) -> list[Row]:
+    """'abcd' or 'a,c' -> rows in the canonical order; unknown keys raise naming the valid ones."""
+    keys = [k for k in text.replace(",", "").strip()]
+    unknown = sorted(set(keys) - set(ROWS))
+    if unknown or not keys:
+        raise ValueError(f"unknown ablation rows {unknown or text!r}; valid: {''.join(ROWS)}")
+    return [ROWS[k] for k in ROWS if k in keys]
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error (sample std / √n; 0 for a single value)."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    if n == 1:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def paired_differences(results: Mapping[str, Mapping[int, float]], rows: Sequence[str]
+                       ) -> list[tuple[str, str, list[float]]]:
+    """(row, previous row, per-seed differences over the seeds both have) for adjacent rows, and the
+    last row against the first. results: row -> seed -> value."""
+    pairs = list(zip(rows[1:], rows[:-1]))
+    if len(rows) > 2:
+        pairs.append((rows[-1], rows[0]))
+    out = []
+    for row, previous in pairs:
+        seeds = sorted(set(results.get(row, {})) & set(results.get(previous, {})))
+        out.append((row, previous, [results[row][s] - results[previous][s] for s in seeds]))
+    return out

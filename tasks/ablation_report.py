@@ -1,0 +1,159 @@
+"""Results of an ablation (`rla ablation`): what every (row, seed) run measured, the summary table, the
+paired differences, the curves plot, and the CSV/Markdown/PNG files.
+
+Read from the run folders only (baseline/metrics.json, iterations/iter_k/<stage>/), so a summary can
+be rebuilt at any time from what is on disk.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rla_core.ablation import ROWS, mean_se, paired_differences
+from tasks.paths import RunPaths
+from tasks.storage import done_summary, is_done, write_text
+
+SUCCESS = "heldout/success_rate"
+BENCH_BALANCED = "bench/balanced_acc"
+BENCH_MU = "bench/mu"
+
+
+@dataclass
+class RunResult:
+    """One (row, seed) run: held-out success and judge-benchmark curves (index 0 = the warm-start)."""
+
+    row: str
+    seed: int
+    run_dir: str
+    iterations: int  # completed
+    success: list[float] = field(default_factory=list)
+    bench_balanced: list[float] = field(default_factory=list)
+    bench_mu: list[float] = field(default_factory=list)
+    train_success: list[float] = field(default_factory=list)
+    policy_steps: float = 0.0  # optimizer steps of the policy, summed over iterations
+    judge_steps: float = 0.0
+    policy_samples: float = 0.0  # samples trained on, summed
+    judge_samples: float = 0.0
+    seconds: float = 0.0  # stage compute, summed
+
+    @property
+    def baseline(self) -> float:
+        return self.success[0] if self.success else math.nan
+
+    @property
+    def final(self) -> float:
+        return self.success[-1] if self.success else math.nan
+
+
+def _metric(summary: dict, key: str) -> float:
+    return float(summary.get("metrics", {}).get(key, 0.0))
+
+
+def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
+    paths = RunPaths.of(run_dir)
+    result = RunResult(row, seed, str(run_dir), 0)
+    baseline = paths.root / "baseline" / "metrics.json"
+    evaluations = [json.loads(baseline.read_text())] if baseline.is_file() else []
+    for k in paths.completed_iterations():
+        result.iterations = k
+        metrics_file = paths.stage(k, "evaluate") / "metrics.json"
+        if metrics_file.is_file():
+            evaluations.append(json.loads(metrics_file.read_text()))
+        result.train_success.append(_metric(done_summary(paths.stage(k, "rollout")), "train/success_rate"))
+        for role in ("policy", "judge"):
+            stage = done_summary(paths.stage(k, f"train_{role}"))
+            steps = getattr(result, f"{role}_steps") + _metric(stage, f"{role}/optimizer_steps")
+            setattr(result, f"{role}_steps", steps)
+            trained = getattr(result, f"{role}_samples") + _metric(stage, f"{role}/samples_trained")
+            setattr(result, f"{role}_samples", trained)
+        result.seconds += sum(done_summary(p).get("seconds", 0.0) for p in paths.iteration(k).iterdir()
+                              if p.is_dir() and is_done(p))
+    result.success = [m[SUCCESS] for m in evaluations if SUCCESS in m]
+    result.bench_balanced = [m[BENCH_BALANCED] for m in evaluations if BENCH_BALANCED in m]
+    result.bench_mu = [m[BENCH_MU] for m in evaluations if BENCH_MU in m]
+    return result
+
+
+def _fmt(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
+    mean, se = mean_se([v * scale for v in values])
+    return "n/a" if math.isnan(mean) else f"{mean:.{digits}f} ± {se:.{digits}f}"
+
+
+def summary_markdown(results: list[RunResult], rows: list[str]) -> str:
+    """The table (mean ± standard error over seeds) and the paired differences, as Markdown."""
+    lines = ["| row | seeds | held-out before | held-out after | gain (points) | worst gain | judge bal. acc "
+             "before → after | judge μ after | policy / judge optimizer steps |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key in rows:
+        mine = [r for r in results if r.row == key and r.success]
+        if not mine:
+            continue
+        gains = [100 * (r.final - r.baseline) for r in mine]
+        bal_before = [r.bench_balanced[0] for r in mine if r.bench_balanced]
+        bal_after = [r.bench_balanced[-1] for r in mine if r.bench_balanced]
+        mu_after = [r.bench_mu[-1] for r in mine if r.bench_mu]
+        steps = f"{_fmt([r.policy_steps for r in mine], digits=1)} / {_fmt([r.judge_steps for r in mine], digits=1)}"
+        lines.append(
+            f"| ({key}) {ROWS[key].label} | {len(mine)} | {_fmt([r.baseline for r in mine])} | "
+            f"{_fmt([r.final for r in mine])} | {_fmt(gains, digits=1)} | {min(gains):+.1f} | "
+            f"{_fmt(bal_before)} → {_fmt(bal_after)} | {_fmt(mu_after)} | {steps} |")
+    finals = {key: {r.seed: r.final for r in results if r.row == key and r.success} for key in rows}
+    lines += ["", "Paired differences of final held-out success (same seed, same tasks), in points:", "",
+              "| comparison | seeds | mean ± SE | per seed |", "|---|---|---|---|"]
+    for row, previous, diffs in paired_differences(finals, rows):
+        per_seed = ", ".join(f"{100 * d:+.1f}" for d in diffs)
+        lines.append(f"| ({row}) − ({previous}) | {len(diffs)} | {_fmt(diffs, scale=100, digits=1)} | {per_seed} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, results: list[RunResult]) -> None:
+    fields = ["row", "seed", "iterations", "baseline", "final", "success", "bench_balanced", "bench_mu",
+              "train_success", "policy_steps", "judge_steps", "policy_samples", "judge_samples", "seconds", "run_dir"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        for r in results:
+            row = {k: v for k, v in asdict(r).items() if k in fields}
+            row.update(baseline=r.baseline, final=r.final)
+            for key in ("success", "bench_balanced", "bench_mu", "train_success"):
+                row[key] = " ".join(f"{v:.4f}" for v in row[key])
+            writer.writerow(row)
+
+
+def plot_curves(path: Path, results: list[RunResult], rows: list[str]) -> None:
+    """Held-out success and judge-benchmark balanced accuracy per iteration: seeds thin, mean thick."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for index, key in enumerate(rows):
+        color = f"C{index}"
+        for axis, attr in zip(axes, ("success", "bench_balanced")):
+            curves = [getattr(r, attr) for r in results if r.row == key and getattr(r, attr)]
+            for curve in curves:
+                axis.plot(range(len(curve)), curve, color=color, alpha=0.3, linewidth=1)
+            if curves:
+                length = min(map(len, curves))
+                mean = [sum(c[i] for c in curves) / len(curves) for i in range(length)]
+                axis.plot(range(length), mean, color=color, linewidth=2.5, label=f"({key}) {ROWS[key].label}")
+    axes[0].set(title="held-out success (greedy)", xlabel="iteration (0 = warm-start)", ylabel="success rate")
+    axes[1].set(title="judge benchmark balanced accuracy", xlabel="iteration (0 = warm-start)", ylabel="(p+ + p-)/2")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(folder: Path, results: list[RunResult], rows: list[str]) -> dict[str, Path]:
+    files = {"csv": folder / "ablation.csv", "markdown": folder / "ablation.md", "plot": folder / "ablation.png"}
+    write_csv(files["csv"], results)
+    write_text(files["markdown"], summary_markdown(results, rows))
+    plot_curves(files["plot"], results, rows)
+    return files
