@@ -54,7 +54,7 @@ def _child_run(parent: Tracker, run_dir: Path, cfg: Config, row: Row, seed: int)
 
 
 @flow(name="rla-ablation", log_prints=True)
-def ablation(config_files: list[str], overrides: list[str], seeds: int, rows: str = "abcd",
+def ablation(config_files: list[str] | None, overrides: list[str], seeds: int, rows: str = "abcd",
              name: str = "ablation") -> dict:
     """Every (row, seed) training run, then the summary files, logged to the ablation's parent run."""
     base = load_config(config_files, overrides)
@@ -92,7 +92,7 @@ def summary_metrics(results: list[RunResult], rows: list[str]) -> dict[str, floa
     return metrics
 
 
-def _run_all(config_files: list[str], overrides: list[str], base: Config, root: Path, parent: Tracker,
+def _run_all(config_files: list[str] | None, overrides: list[str], base: Config, root: Path, parent: Tracker,
              chosen: list[Row], seed_list: list[int]) -> list[RunResult]:
     total, done, started = len(seed_list) * len(chosen), 0, time.perf_counter()
     results: list[RunResult] = []

@@ -1,0 +1,87 @@
+"""The seed stage with shipped data: held-out tasks from a file, reserved games never trained on (by game
+content, not id), the judge benchmark copied into the run, bad task files named by file and line."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from rla_core.adaptation.store import TaskStore
+from rla_core.config import PROJECT_ROOT, config_to_yaml, load_config
+from rla_core.envs.base import SpecError
+from rla_core.envs.household import HOUSEHOLD
+from rla_core.judge.benchmark import BenchmarkStep
+from rla_core.schemas import Task
+from tasks.paths import RunPaths
+from tasks.setup import generate_tasks, seed_tasks
+from tasks.storage import read_json, read_records, write_records
+
+KNOBS = {"goal_type": "put", "rooms": 1, "distractors": 0, "closed": 0}
+
+
+def run_folder(tmp_path, **sets):
+    overrides = [f"environment.knobs={json.dumps(KNOBS)}", "environment.train_slots=12", *(f"{k}={v}" for k, v in sets.items())]
+    cfg = load_config(None, overrides)
+    paths = RunPaths.of(tmp_path / "run")
+    paths.root.mkdir(parents=True)
+    paths.config.write_text(config_to_yaml(cfg))
+    return paths
+
+
+def test_heldout_file_and_reserved_games_are_never_in_the_seed_store(tmp_path):
+    heldout = generate_tasks(HOUSEHOLD, KNOBS, 30, random.Random("h"), "heldout", set(), 12)
+    dev = generate_tasks(HOUSEHOLD, KNOBS, 20, random.Random("d"), "dev", set(), 12)
+    # the same games as some seed slots would be, under other ids and seed fields: a clash by content only
+    clones = generate_tasks(HOUSEHOLD, KNOBS, 12, random.Random("0/train"), "x", set(), 12)
+    dev += [t.model_copy(update={"task_id": f"clone{i}", "spec": {**t.spec, "seed": 99}}) for i, t in enumerate(clones)]
+    write_records(tmp_path / "heldout.jsonl", heldout)
+    write_records(tmp_path / "dev.jsonl", dev)
+    bench = [BenchmarkStep(step_id="random/t/0/0", task_id="t", source="random", goal="g", observation="o",
+                           response=" \\boxed{1}", action="look", next_observation="o", good=False, success=False)]
+    write_records(tmp_path / "bench.jsonl", bench)
+    paths = run_folder(tmp_path, **{"environment.heldout_file": tmp_path / "heldout.jsonl",
+                                    "environment.reserved_files": f"[{tmp_path / 'dev.jsonl'}]",
+                                    "eval.judge_benchmark": tmp_path / "bench.jsonl"})
+    summary = seed_tasks.fn(str(paths.root))
+    assert summary == {"train": 12, "heldout": 30}
+    assert read_records(paths.heldout, Task) == heldout
+    assert read_records(paths.judge_benchmark, BenchmarkStep) == bench
+    reserved = set(read_json(paths.reserved))
+    assert reserved == {HOUSEHOLD.content_hash(t.spec) for t in heldout + dev}
+    seeded = {HOUSEHOLD.content_hash(t.spec) for t in TaskStore.load(paths.seed_store).active_tasks()}
+    assert len(seeded) == 12 and not seeded & reserved
+    unreserved = generate_tasks(HOUSEHOLD, KNOBS, 12, random.Random("0/train"), "slot", set(), 12)
+    assert {HOUSEHOLD.content_hash(t.spec) for t in unreserved} & reserved  # the clones did bite
+
+
+def test_a_bad_task_file_is_named_with_its_line(tmp_path):
+    tasks = generate_tasks(HOUSEHOLD, KNOBS, 3, random.Random("h"), "heldout", set(), 12)
+    broken = tasks[1].model_copy(update={"spec": {**tasks[1].spec, "start_room": "attic"}})
+    write_records(tmp_path / "heldout.jsonl", [tasks[0], broken, tasks[2]])
+    paths = run_folder(tmp_path, **{"environment.heldout_file": tmp_path / "heldout.jsonl"})
+    with pytest.raises(SpecError, match=r"heldout\.jsonl:2: task heldout0001.*start_room 'attic'"):
+        seed_tasks.fn(str(paths.root))
+    missing = run_folder(tmp_path / "m", **{"environment.heldout_file": tmp_path / "nope.jsonl"})
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        seed_tasks.fn(str(missing.root))
+
+
+def test_shipped_data_is_what_its_manifest_says():
+    """data/household is versioned data: the files, their counts and their checksums agree."""
+    import hashlib
+
+    folder = PROJECT_ROOT / "data" / "household"
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    for entry in manifest["files"].values():
+        path = folder / entry["file"]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], path
+    heldout = read_records(folder / "heldout.jsonl", Task)
+    dev = read_records(folder / "dev.jsonl", Task)
+    assert (len(heldout), len(dev)) == (400, 200)
+    assert not {HOUSEHOLD.content_hash(t.spec) for t in heldout} & {HOUSEHOLD.content_hash(t.spec) for t in dev}
+    bench = read_records(folder / "judge_benchmark.jsonl", BenchmarkStep)
+    assert {s.task_id for s in bench} <= {t.task_id for t in heldout}
+    for source in ("warmstart", "random", "oracle"):
+        mine = [s for s in bench if s.source == source]
+        assert sum(s.good for s in mine) == sum(not s.good for s in mine) > 0  # balanced per policy
