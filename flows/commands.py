@@ -20,12 +20,14 @@ except ImportError:  # pragma: no cover - gates module always ships; keeps the C
 USER_ERRORS = (ConfigError, SpecError, GateFailed, FileNotFoundError, ValueError, KeyError, CommandFailed)
 
 ROWS = [
-    ("held-out success rate", "heldout/success_rate"),
-    ("judge p+ (good steps)", "heldout/judge_p_pos"),
-    ("judge p- (bad steps)", "heldout/judge_p_neg"),
-    ("judge mu = p+ + p-", "heldout/judge_mu"),
-    ("held-out invalid answers", "heldout/invalid_rate"),
+    ("held-out success (sampled)", "heldout/success_rate"),
+    ("held-out success (greedy)", "heldout_greedy/success_rate"),
     ("held-out mean steps", "heldout/mean_steps"),
+    ("held-out invalid answers", "heldout/invalid_rate"),
+    ("judge benchmark p+", "bench/p_pos"),
+    ("judge benchmark p-", "bench/p_neg"),
+    ("judge benchmark bal. acc", "bench/balanced_acc"),
+    ("judge on episodes mu", "heldout/judge_mu"),
 ]
 
 

@@ -3,16 +3,25 @@
 A walk follows the oracle plan but takes a random admissible command with probability `noise`, so
 the policy sees recovery states and the judge sees both good and bad steps. Policy targets are always
 the oracle's next command; judge targets are the oracle's progress label of the command taken.
+
+The environment model (an llm rewriter in compact prompt mode) is warm-started on the procedural
+rewriter: `rewrite_pairs` turns (task, critic feedback) into (compact prompt, generator-form answer)
+pairs, one per procedural rewrite, in both directions.
 """
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rla_core.envs.base import EnvironmentFamily
-from rla_core.judge.judge import judge_answer, judge_prompt
+from rla_core.adaptation.rewriters import build_rewrite_prompt, generator_answer
+from rla_core.envs.base import EnvironmentFamily, SpecError
+from rla_core.judge.judge import BAD_RATIONALE, judge_answer, judge_prompt
 from rla_core.rollout.prompts import Turn, policy_answer, policy_prompt
-from rla_core.schemas import Task
+from rla_core.schemas import CriticFeedback, Direction, RejectedAction, Task
+
+DIRECTIONS: tuple[Direction, ...] = ("harder", "easier")
 
 
 @dataclass(frozen=True)
@@ -77,3 +86,32 @@ def balance(pairs: list[tuple[str, str]], rng: random.Random) -> list[tuple[str,
     chosen = rng.sample(good, size) + rng.sample(bad, size)
     rng.shuffle(chosen)
     return chosen
+
+
+def rewrite_pairs(family: EnvironmentFamily, items: Iterable[tuple[Task, CriticFeedback]], draws: int,
+                  rng: random.Random, horizon: int | None = None) -> list[tuple[str, str]]:
+    """(prompt, target) text pairs for the environment model: for every (task, its critic feedback) and
+    both directions, up to `draws` procedural rewrites `family.adjust(spec, direction, feedback, rng,
+    horizon)` (a task whose knobs are stuck in a direction gives none there). Prompt = the compact
+    `build_rewrite_prompt`; target = `generator_answer(rewrite)`, which `family.spec_from_answer`
+    expands back to the rewrite."""
+    pairs = []
+    for task, feedback in items:
+        for direction in DIRECTIONS:
+            prompt = build_rewrite_prompt(task, direction, feedback, family, "compact")
+            for _ in range(draws):
+                try:
+                    spec, _change = family.adjust(task.spec, direction, feedback, rng, horizon)
+                except SpecError:
+                    continue
+                pairs.append((prompt, generator_answer(spec)))
+    return pairs
+
+
+def walk_feedback(walk: Sequence[WalkStep]) -> CriticFeedback:
+    """A critic-feedback record from the oracle's labels of one walk, as if every judge sample had
+    rejected exactly its non-progress steps (for the tokenizer corpus: the text shape, not a judge)."""
+    bad = Counter(s.commands[s.taken_index - 1] for s in walk if not s.good)
+    actions = [RejectedAction(action=a, count=c, runs=1, rationale=BAD_RATIONALE) for a, c in bad.most_common(8)]
+    return CriticFeedback(trajectories=1, failed=1, rejected_steps=sum(bad.values()), actions=actions,
+                          omitted=max(len(bad) - 8, 0))

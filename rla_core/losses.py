@@ -31,12 +31,18 @@ def clipped_policy_loss(
     response_mask: Tensor,
     clip_eps: float,
     kl_beta: float,
+    kl_clamp: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-sample clipped surrogate + k3 KL: loss_b = L_pg,b + L_kl,b, shape [B].
 
     ρ_t = exp(log π_θ − log π_old);  L_pg = −(1/n) Σ_t min(ρ_t Â, clip(ρ_t, 1−ε, 1+ε) Â);
-    d_t = log π_θ − log π_ref;  k3_t = exp(−d_t) − 1 + d_t;  L_kl = β (1/n) Σ_t k3_t;
+    d_t = log π_θ − log π_ref;  k3_t = exp(−d_t) − 1 + d_t;  L_kl = β (1/n) Σ_t min(k3_t, kl_clamp);
     n = number of response tokens of the sample (a sample with n = 0 gets loss 0).
+
+    `kl_clamp` bounds k3 per token (no gradient above it). k3 grows like exp(−d): a token sampled far
+    in the tail (log-prob −12 at temperature 1) leaves the following tokens out of distribution, one
+    update can move them by several nats, and a single such token then sets the whole mini-batch's
+    gradient. Bounding the estimator is common practice (verl's "low_var_kl" clamps it at 10).
 
     Args: logprobs/old_logprobs/ref_logprobs [B, T] float (per-token log-probs of the response
     tokens; only logprobs carries gradient), advantages [B], response_mask [B, T] (1 on response
@@ -61,6 +67,8 @@ def clipped_policy_loss(
 
     ref_diff = torch.where(mask, logprobs - ref_logprobs, torch.zeros_like(logprobs))
     k3 = torch.exp(-ref_diff) - 1.0 + ref_diff
+    if kl_clamp is not None:
+        k3 = torch.clamp(k3, max=kl_clamp)
     kl = _masked_token_sums(k3, mask) / n_tokens
     per_sample = pg_loss + kl_beta * kl
 

@@ -185,6 +185,7 @@ def policy_samples(
                     task_id=key.task_id,
                     sample_index=key.sample_index,
                     step_index=key.step_index,
+                    old_logprobs=_generated_logprobs(step.response_ids, step.response_logprobs),
                 )
             )
     metrics = {
@@ -271,6 +272,7 @@ def judge_samples(
                     sample_index=key.sample_index,
                     step_index=key.step_index,
                     judge_sample=index,
+                    old_logprobs=_generated_logprobs(sample.response_ids, sample.response_logprobs),
                 )
             )
     trained_success = sum(outcome[(k.task_id, k.sample_index)] for k, _ in scored)
@@ -284,6 +286,11 @@ def judge_samples(
         "judge/trained_steps_from_successes": trained_success / len(scored) if scored else 0.0,
     }
     return samples, metrics
+
+
+def _generated_logprobs(response_ids: Sequence[int], logprobs: Sequence[float]) -> list[float] | None:
+    """The generation's own log-probs of a response, when it recorded one per token (else None)."""
+    return list(logprobs) if logprobs and len(logprobs) == len(response_ids) else None
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -36,6 +36,7 @@ class Step(_Record):
     prompt_ids: list[int]
     response_ids: list[int]
     response_text: str
+    response_logprobs: list[float] = Field(default_factory=list)  # log π(token) of response_ids as sampled
     action: str | None  # the admissible command chosen, None when the response did not parse
     observation: str  # the observation after the action
     oracle_good: bool | None = None  # oracle label: does the action make progress on a shortest plan
@@ -61,6 +62,7 @@ class JudgeSample(_Record):
 
     prompt_ids: list[int]
     response_ids: list[int]
+    response_logprobs: list[float] = Field(default_factory=list)  # log J(token) of response_ids as sampled
     text: str
     verdict: Verdict
 
@@ -83,6 +85,8 @@ class TrainingSample(_Record):
     sample_index: int
     step_index: int
     judge_sample: int | None = None  # l, for reward-model samples
+    # log-probs of response_ids under the model that generated them (π_old of the update), when known
+    old_logprobs: list[float] | None = None
 
 
 class RejectedAction(_Record):

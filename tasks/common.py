@@ -21,6 +21,12 @@ def stage_seed(cfg: Config, iteration: int, stage: str) -> int:
     return random.Random(f"{cfg.run.seed}/{iteration}/{stage}").randrange(2**31)
 
 
+def eval_seed(cfg: Config) -> int:
+    """One sampling seed for every held-out evaluation of a run (warm-start and each iteration alike),
+    so that differences between evaluations are not differences of sampling luck."""
+    return stage_seed(cfg, 0, "evaluate")
+
+
 def resumable(stage: str) -> Callable[[Callable[..., dict]], Callable[..., dict]]:
     """Skip a stage whose _DONE marker exists (returning its summary); else run it, time it and mark it.
 

@@ -3,7 +3,7 @@
 runs/<name>/
   config.yaml            the resolved config of the run
   seed/store/            the seed task store        seed/heldout.jsonl   held-out tasks (never trained on)
-  models/init/           tokenizer + untrained tiny models      models/bootstrap/{policy,judge}/
+  models/init/           tokenizer + untrained tiny models      models/bootstrap/{policy,judge[,environment]}/
   iterations/iter_0001/<stage>/...   each stage folder ends with a _DONE marker; COMPLETE last
 """
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """Builds the rewrite callable the adaptation stage uses, from the configured rewriter.
 
-The "llm" rewriter samples from the environment model (a local HF directory, or the tiny one built
-at set-up); both rewriters go through the environment family's validation and the same acceptance.
+The "llm" rewriter samples from the environment model: `models.environment.path` when set (a real
+model), else the warm-started tiny one (models/bootstrap/environment), else the untrained tiny one built
+at set-up. Both rewriters go through the environment family's validation and the same acceptance.
 """
 from __future__ import annotations
 
+import hashlib
 import random
 from pathlib import Path
 
@@ -17,16 +19,32 @@ from rla_core.schemas import CriticFeedback, Direction, Task
 from tasks.engines import engine_for
 from tasks.paths import RunPaths
 
-LLM_MAX_NEW_TOKENS = 384
+
+def environment_model_dir(cfg: Config, paths: RunPaths) -> Path:
+    """The environment model the llm rewriter samples from: the configured path, else the warm-start
+    when the bootstrap wrote one, else the untrained tiny model."""
+    if cfg.models.environment.path:
+        return Path(cfg.models.environment.path)
+    warm = paths.bootstrap / "environment"
+    return warm if (warm / "config.json").is_file() else paths.init_models / "environment"
+
+
+def call_seed(run_seed: int, prompts: list[str]) -> int:
+    """The sampling seed of one generate call: sha256 of (run seed, prompts), first 4 bytes. One fixed
+    seed for every call would give near-identical prompts (other slots, same knobs) the same answer."""
+    digest = hashlib.sha256("\0".join([str(run_seed), *prompts]).encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def _llm_generate(cfg: Config, paths: RunPaths):
-    model_dir = Path(cfg.models.environment.path or paths.init_models / "environment")
-    engine, tokenizer = engine_for(cfg, paths.root, "environment", model_dir, batch_size=8)
+    env = cfg.environment
+    engine, tokenizer = engine_for(cfg, paths.root, "environment", environment_model_dir(cfg, paths), batch_size=8)
 
     def generate(prompts: list[str]) -> list[str]:
-        ids = tokenizer(prompts)["input_ids"]
-        params = SamplingParams(LLM_MAX_NEW_TOKENS, temperature=1.0, seed=cfg.run.seed)
+        # No special tokens: the warm-start tokenises its prompts the same way.
+        ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        params = SamplingParams(env.rewrite_max_new_tokens, temperature=env.rewrite_temperature,
+                                seed=call_seed(cfg.run.seed, prompts))
         return [g.text for g in engine.generate(ids, params)]
 
     return generate
@@ -36,7 +54,7 @@ def make_rewrite(cfg: Config, paths: RunPaths) -> Rewrite:
     """The configured rewriter as the adaptation cycle's callable; validation uses the episode horizon."""
     env = cfg.environment
     generate = _llm_generate(cfg, paths) if env.rewriter == "llm" else None
-    rewriter = get_rewriter(env.rewriter, generate=generate)
+    rewriter = get_rewriter(env.rewriter, generate=generate, prompt_mode=env.rewrite_prompt)
     family = get_environment(env.name)
 
     def rewrite(task: Task, direction: Direction, feedback: CriticFeedback, rng: random.Random) -> RewriteResult:

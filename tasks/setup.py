@@ -3,28 +3,35 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from dataclasses import dataclass
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from rla_core.adaptation.critic import critic_feedback
 from rla_core.adaptation.rewriters import spec_hash
 from rla_core.adaptation.store import TaskStore
-from rla_core.bootstrap import balance, judge_pairs, oracle_walk, policy_pairs
+from rla_core.bootstrap import balance, judge_pairs, oracle_walk, policy_pairs, rewrite_pairs, walk_feedback
 from rla_core.config import Config, resolve_data_path
 from rla_core.envs.base import EnvironmentFamily, SpecError, get_environment
 from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.models.factory import build_or_load, save_pretrained
 from rla_core.models.tokenizer import train_tokenizer
-from rla_core.schemas import Task
+from rla_core.schemas import CriticFeedback, JudgedStep, Task, Trajectory
 from rla_core.training.sft import supervised_finetune
-from tasks.common import load_model
+from tasks.common import load_model, stage_seed
+from tasks.iteration import judge_all, rollout_tasks
 from tasks.object_store import fetch_done, publish
 from tasks.paths import RunPaths, run_config
 from tasks.storage import mark_done, read_json, read_records, write_json, write_records
 
 SETUP = dict(cache_policy=NO_CACHE, persist_result=False)
 WALK_NOISE = 0.25  # random actions in policy demonstrations, so the policy sees recovery states
+REWRITE_CORPUS_TASKS = 50  # tasks whose compact rewrite prompts + answers join the tokenizer corpus
+# Environment-model warm-start: episodes per task (temperature 1), judge samples per step, and
+# procedural rewrites per task and direction.
+ENV_EPISODES, ENV_JUDGE_M, ENV_DRAWS = 4, 2, 2
 
 
 @dataclass(frozen=True)
@@ -119,9 +126,22 @@ def demo_walks(cfg: Config, paths: RunPaths, count: int, noise: float, stream: s
     return [oracle_walk(family, t, noise, rng) for t in tasks]
 
 
+def rewrite_corpus(cfg: Config, paths: RunPaths, count: int) -> list[str]:
+    """Compact rewrite prompts with their generator-form answers, both directions, for `count` fresh
+    tasks (feedback from a noisy oracle walk's labels): tokenizer text, whatever the rewriter, so that
+    the tokenizer and every model do not depend on environment.rewriter."""
+    family, horizon = get_environment(cfg.environment.name), cfg.rollout.max_steps
+    rng = random.Random(f"{cfg.run.seed}/rewrite-corpus")
+    tasks = generate_tasks(family, cfg.environment.knobs, count, rng, "corpus", set(read_json(paths.reserved)),
+                           horizon)
+    items = [(t, walk_feedback(oracle_walk(family, t, 0.5, rng))) for t in tasks]
+    return [prompt + answer for prompt, answer in rewrite_pairs(family, items, 1, rng, horizon)]
+
+
 @task(name="init-models", **SETUP)
 def init_models(run_dir: str) -> dict:
-    """Train the tokenizer on game text, build the tiny policy, judge and environment models."""
+    """Train the tokenizer on game text (and rewrite prompts), build the tiny policy, judge and
+    environment models."""
     paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
     if fetch_done(run_dir, paths.init_models):
         return {"resumed": True}
@@ -130,6 +150,7 @@ def init_models(run_dir: str) -> dict:
     texts = [p + t for p, t in policy_pairs(walks, keep) + judge_pairs(walks, keep)]
     family = get_environment(cfg.environment.name)
     texts += [json.dumps(family.generate(cfg.environment.knobs, random.Random(i))) for i in range(50)]
+    texts += rewrite_corpus(cfg, paths, REWRITE_CORPUS_TASKS)
     tokenizer = train_tokenizer(texts, cfg.models.vocab_size)
     summary = {"vocab": len(tokenizer)}
     for offset, role in enumerate(("policy", "judge", "environment")):
@@ -147,9 +168,59 @@ def tokenize_pairs(tokenizer, pairs: list[tuple[str, str]]) -> list[Pair]:
     return [Pair(p, t + [tokenizer.eos_token_id]) for p, t in zip(prompts, targets)]
 
 
+def task_feedback(trajectories: list[Trajectory], judged: list[JudgedStep]) -> dict[str, CriticFeedback]:
+    """task id -> the critic feedback of its trajectories."""
+    groups: dict[str, list[Trajectory]] = {}
+    for trajectory in trajectories:
+        groups.setdefault(trajectory.task_id, []).append(trajectory)
+    steps: dict[str, list[JudgedStep]] = {}
+    for step in judged:
+        steps.setdefault(step.task_id, []).append(step)
+    return {tid: critic_feedback(group, steps.get(tid, [])) for tid, group in groups.items()}
+
+
+def environment_pairs(cfg: Config, paths: RunPaths) -> list[tuple[str, str]]:
+    """The environment model's warm-start pairs: fresh tasks (no reserved game) played ENV_EPISODES
+    times by the warm-started policy, judged ENV_JUDGE_M times per step by the warm-started judge; their
+    critic feedback and ENV_DRAWS procedural rewrites per direction make (compact prompt, answer) pairs."""
+    family, horizon = get_environment(cfg.environment.name), cfg.rollout.max_steps
+    rng = random.Random(f"{cfg.run.seed}/env-demos")
+    tasks = generate_tasks(family, cfg.environment.knobs, cfg.bootstrap.environment_tasks, rng, "envdemo",
+                           set(read_json(paths.reserved)), horizon)
+    trajectories, _ = rollout_tasks(paths, cfg, tasks, paths.bootstrap / "policy", ENV_EPISODES, 1.0,
+                                    stage_seed(cfg, 0, "env-demos/rollout"), "bootstrap environment: rollout")
+    judged, _ = judge_all(paths, cfg, trajectories, paths.bootstrap / "judge", stage_seed(cfg, 0, "env-demos/judge"),
+                          "bootstrap environment: judge", m=ENV_JUDGE_M)
+    feedback = task_feedback(trajectories, judged)
+    return rewrite_pairs(family, [(t, feedback[t.task_id]) for t in tasks], ENV_DRAWS, rng, horizon)
+
+
+def warm_starts_environment(cfg: Config) -> bool:
+    """Only the llm rewriter's tiny environment model is warm-started (a configured path is a real LLM)."""
+    boot = cfg.bootstrap
+    return (cfg.environment.rewriter == "llm" and cfg.models.environment.path is None
+            and boot.environment_tasks > 0 and boot.environment_steps > 0)
+
+
+def warm_start_environment(cfg: Config, paths: RunPaths) -> dict[str, float]:
+    """Fine-tune the init environment model on `environment_pairs`; save it to models/bootstrap/environment."""
+    start = time.perf_counter()
+    pairs = environment_pairs(cfg, paths)
+    model, tokenizer = load_model(paths.init_models / "environment")
+    metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=cfg.bootstrap.environment_steps,
+                                  batch_size=cfg.bootstrap.batch_size, lr=cfg.bootstrap.environment_lr,
+                                  seed=cfg.run.seed, desc="bootstrap environment")
+    save_pretrained(model, tokenizer, paths.bootstrap / "environment")
+    summary = {f"bootstrap/environment_{k}": v for k, v in metrics.items()}
+    summary.update({"bootstrap/environment_pairs": float(len(pairs)),
+                    "bootstrap/environment_seconds": time.perf_counter() - start})
+    return summary
+
+
 @task(name="bootstrap", **SETUP)
 def bootstrap(run_dir: str) -> dict:
-    """Supervised warm-start: policy on oracle demonstrations, judge on oracle step labels."""
+    """Supervised warm-start: policy on oracle demonstrations, judge on oracle step labels, and (llm
+    rewriter) the environment model on procedural rewrites of the critic feedback of those two."""
     paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
     if fetch_done(run_dir, paths.bootstrap):
         return {"resumed": True}
@@ -168,6 +239,8 @@ def bootstrap(run_dir: str) -> dict:
                                       desc=f"bootstrap {role}")
         save_pretrained(model, tokenizer, paths.bootstrap / role)
         summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
+    if warm_starts_environment(cfg):
+        summary.update(warm_start_environment(cfg, paths))
     mark_done(paths.bootstrap, summary)
     publish(run_dir, paths.bootstrap)
     return summary

@@ -7,7 +7,7 @@ from types import TracebackType
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.common import stage_seed
+from tasks.common import eval_seed
 from tasks.object_store import configure_mlflow_s3, fetch_done, open_run_store, publish
 from tasks.paths import RunPaths, run_config
 from tasks.storage import done_summary, mark_done
@@ -67,11 +67,11 @@ def close_training_run(run_dir: str, status: str = "FINISHED") -> None:
     tracker_for(run_dir).finish(status)
 
 
-def _evaluate_into(run_dir: str, out: Path, policy_dir: Path, judge_dir: Path, step: int) -> dict:
+def _evaluate_into(run_dir: str, out: Path, policy_dir: Path, judge_dir: Path) -> dict:
     if fetch_done(run_dir, out):
         return done_summary(out)
     cfg = run_config(run_dir)
-    metrics = evaluate_models(RunPaths.of(run_dir), cfg, policy_dir, judge_dir, out, stage_seed(cfg, step, "eval"))
+    metrics = evaluate_models(RunPaths.of(run_dir), cfg, policy_dir, judge_dir, out, eval_seed(cfg))
     mark_done(out, metrics)
     publish(run_dir, out)
     return metrics
@@ -81,7 +81,7 @@ def _evaluate_into(run_dir: str, out: Path, policy_dir: Path, judge_dir: Path, s
 def evaluate_baseline(run_dir: str) -> dict:
     """Held-out metrics of the warm-started policy and judge, logged at step 0."""
     paths = RunPaths.of(run_dir)
-    metrics = _evaluate_into(run_dir, paths.root / "baseline", paths.bootstrap / "policy", paths.bootstrap / "judge", 0)
+    metrics = _evaluate_into(run_dir, paths.root / "baseline", paths.bootstrap / "policy", paths.bootstrap / "judge")
     tracker_for(run_dir).log_metrics(metrics, step=0)
     return metrics
 
@@ -92,4 +92,4 @@ def evaluate_checkpoint(run_dir: str, iteration: int) -> dict:
     paths = RunPaths.of(run_dir)
     out = paths.root / "eval" / f"iter_{iteration:04d}"
     return _evaluate_into(run_dir, out, paths.model_dir(iteration + 1, "policy"),
-                          paths.model_dir(iteration + 1, "judge"), iteration)
+                          paths.model_dir(iteration + 1, "judge"))

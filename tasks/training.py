@@ -15,7 +15,7 @@ from rla_core.rollout.base import SamplingParams
 from rla_core.rollout.runner import rollout_metrics
 from rla_core.schemas import Task
 from rla_core.training.base import get_trainer
-from tasks.common import load_model, progress_bar, resumable, stage_seed
+from tasks.common import eval_seed, load_model, progress_bar, resumable, stage_seed
 from tasks.engines import engine_for, sleep_engines
 from tasks.iteration import judge_all, load_batch, rollout_tasks
 from tasks.paths import RunPaths, run_config
@@ -87,16 +87,20 @@ def train_judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 
 
 def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
-                    seed: int, judge_episodes: bool = True) -> dict[str, float]:
-    """Held-out success rate of a policy (greedy by default), the judge on the fixed benchmark steps
-    (`bench/*`) and, with `judge_episodes`, p₊/p₋ of the judge on the policy's held-out episodes
-    (`heldout/judge_*`: a moving target, reported beside the benchmark, not instead of it)."""
+                    seed: int, final: bool = True) -> dict[str, float]:
+    """Held-out success rate of a policy (eval.episodes_per_task episodes per task at eval.temperature),
+    the judge on the fixed benchmark steps (`bench/*`) and, when `final` (the warm-start and the last
+    evaluation): the greedy policy (`heldout_greedy/*`, with eval.greedy_at_end) and p₊/p₋ of the judge
+    on the policy's held-out episodes (`heldout/judge_*`: a moving target, beside the benchmark)."""
     tasks = read_records(paths.heldout, Task)
     trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.episodes_per_task,
                                     cfg.eval.temperature, seed, "held-out eval")
     write_records(out / "heldout_trajectories.jsonl", trajectories)
     metrics = {f"heldout/{n}": v for n, v in rollout_metrics(trajectories).items()}
-    if judge_episodes:
+    if final and cfg.eval.greedy_at_end and cfg.eval.temperature > 0:
+        greedy, _ = rollout_tasks(paths, cfg, tasks, policy_dir, 1, 0.0, seed, "held-out eval (greedy)")
+        metrics.update({f"heldout_greedy/{n}": v for n, v in rollout_metrics(greedy).items()})
+    if final:
         _, judge_metrics = judge_all(paths, cfg, trajectories, judge_dir, seed, "held-out judge", cfg.eval.judge_m)
         metrics.update({f"heldout/judge_{n}": v for n, v in judge_metrics.items()})
     metrics["heldout/episodes"] = float(len(trajectories))
@@ -127,5 +131,5 @@ def evaluate(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     if not (k == last or (every and k % every == 0)):
         return {"evaluated": False, "metrics": {}}
     metrics = evaluate_models(paths, cfg, paths.model_dir(k + 1, "policy"), paths.model_dir(k + 1, "judge"), out,
-                              stage_seed(cfg, k, "evaluate"), judge_episodes=k == last)
+                              eval_seed(cfg), final=k == last)
     return {"evaluated": True, "metrics": metrics}

@@ -11,9 +11,12 @@ episode horizon (a plan longer than the runner's turn cap can never be played ou
 
 - "procedural": `family.adjust(spec, direction, feedback, rng, horizon)` turns one difficulty knob,
   chosen from the feedback's rejected actions.
-- "llm": prompts a generator with the spec, the family's schema, the direction and the rendered critic
-  feedback, and parses the first JSON object of each answer. All A prompts go to the generator in one
-  call (one batched generate), then the answers are checked in order.
+- "llm": prompts a generator with the task, the direction and the rendered critic feedback, and reads
+  the first JSON object of each answer through `family.spec_from_answer` (a full spec, or the generator
+  form {"knobs": {...}, "seed": int} that the family expands). Prompt modes: "full" shows the family's
+  schema and the whole spec JSON (for real LLMs); "compact" shows `family.rewrite_context(spec)` (goal,
+  knobs, plan length) and asks for the generator form (what a tiny model can learn). All A prompts go to
+  the generator in one call (one batched generate), then the answers are checked in order.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import hashlib
 import json
 import random
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -29,6 +32,8 @@ from rla_core.envs.base import EnvironmentFamily, SpecError
 from rla_core.schemas import CriticFeedback, Direction, Task
 
 Generate = Callable[[list[str]], list[str]]
+PromptMode = Literal["compact", "full"]
+COMPACT_FEEDBACK_CHARS = 600  # keeps a compact prompt near 250 tokens of the run tokenizer
 
 
 class RewriteAttempt(BaseModel):
@@ -136,8 +141,7 @@ class ProceduralRewriter:
 
 
 # ---------------------------------------------------------------- llm
-def build_rewrite_prompt(task: Task, direction: Direction, feedback: CriticFeedback, schema: str) -> str:
-    """The environment model's prompt: current spec, schema, goal of the rewrite, critic feedback."""
+def _full_prompt(task: Task, direction: Direction, feedback: CriticFeedback, schema: str) -> str:
     spec = json.dumps(task.spec, sort_keys=True)
     return (
         "You rewrite tasks for a text environment so that they suit the current agent.\n"
@@ -148,6 +152,36 @@ def build_rewrite_prompt(task: Task, direction: Direction, feedback: CriticFeedb
         f"What went wrong in the agent's failed attempts:\n{feedback.render()}\n\n"
         "Answer with the new task spec as one JSON object.\n"
     )
+
+
+def _compact_prompt(task: Task, direction: Direction, feedback: CriticFeedback, context: str) -> str:
+    # What the answer copies (the knobs) and what decides it (the direction) come last, next to the
+    # answer: a tiny model attends to them far more reliably there than across the feedback block.
+    return (
+        f"Rewrite this task for the agent. Answer with {{\"knobs\": {{...}}, \"seed\": <integer>}}.\n"
+        f"Feedback: {feedback.render(max_chars=COMPACT_FEEDBACK_CHARS)}\n{context}\nMake it {direction}.\nAnswer:"
+    )
+
+
+def build_rewrite_prompt(task: Task, direction: Direction, feedback: CriticFeedback, family: EnvironmentFamily,
+                         mode: PromptMode = "compact") -> str:
+    """The environment model's prompt, the same for its warm-start and for sampling.
+
+    "full": the family's schema, the whole spec JSON, the direction and the whole rendered feedback;
+    answer = a spec. "compact": the answer form, the feedback rendered to at most COMPACT_FEEDBACK_CHARS
+    characters, `family.rewrite_context(spec)`, then the direction; answer = the generator form.
+    """
+    if mode == "full":
+        return _full_prompt(task, direction, feedback, family.describe_schema())
+    if mode == "compact":
+        return _compact_prompt(task, direction, feedback, family.rewrite_context(task.spec))
+    raise ValueError(f"rewrite prompt mode must be 'compact' or 'full', got {mode!r}")
+
+
+def generator_answer(spec: dict[str, Any]) -> str:
+    """The generator form of a generated spec, `{"knobs": ..., "seed": ...}` as JSON: what a compact-mode
+    environment model is taught to write; `family.spec_from_answer` expands it back to `spec`."""
+    return json.dumps({"knobs": spec["knobs"], "seed": spec["seed"]})
 
 
 def first_json_object(text: str) -> dict[str, Any]:
@@ -170,9 +204,10 @@ class LLMRewriter:
 
     name = "llm"
 
-    def __init__(self, generate: Generate, max_raw_chars: int = 2000):
+    def __init__(self, generate: Generate, max_raw_chars: int = 2000, prompt_mode: PromptMode = "compact"):
         self.generate = generate
         self.max_raw_chars = max_raw_chars
+        self.prompt_mode = prompt_mode
 
     def rewrite(
         self,
@@ -185,7 +220,7 @@ class LLMRewriter:
         horizon: int | None = None,
     ) -> RewriteResult:
         _check_attempts(attempts)
-        prompt = build_rewrite_prompt(task, direction, feedback, family.describe_schema())
+        prompt = build_rewrite_prompt(task, direction, feedback, family, self.prompt_mode)
         answers = self.generate([prompt] * attempts)
         if len(answers) != attempts:
             raise ValueError(f"generate returned {len(answers)} answers for {attempts} prompts")
@@ -193,9 +228,10 @@ class LLMRewriter:
         for attempt, text in enumerate(answers):
             raw = text[: self.max_raw_chars]
             try:
-                spec = family.validate(first_json_object(text), horizon)
-            # Generated text is untrusted: any malformed spec is a failed attempt, not a crash.
-            except (ValueError, TypeError, KeyError) as err:
+                spec = family.spec_from_answer(first_json_object(text), horizon)
+            # Generated text is untrusted: any malformed answer is a failed attempt, not a crash
+            # (SpecError is a ValueError; so are json's errors, e.g. a number past int's digit limit).
+            except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as err:
                 log.append(RewriteAttempt(attempt=attempt, ok=False, error=f"{type(err).__name__}: {err}", raw=raw))
                 continue
             if spec == task.spec:
@@ -207,23 +243,23 @@ class LLMRewriter:
 
 
 # ---------------------------------------------------------------- registry
-def _make_procedural(generate: Generate | None = None) -> Rewriter:
+def _make_procedural(generate: Generate | None = None, prompt_mode: PromptMode = "compact") -> Rewriter:
     return ProceduralRewriter()
 
 
-def _make_llm(generate: Generate | None = None) -> Rewriter:
+def _make_llm(generate: Generate | None = None, prompt_mode: PromptMode = "compact") -> Rewriter:
     if generate is None:
         raise ValueError("the 'llm' rewriter needs a generate(prompts) -> texts callable")
-    return LLMRewriter(generate)
+    return LLMRewriter(generate, prompt_mode=prompt_mode)
 
 
 REWRITERS: dict[str, Callable[..., Rewriter]] = {"procedural": _make_procedural, "llm": _make_llm}
 
 
-def get_rewriter(name: str, generate: Generate | None = None) -> Rewriter:
-    """The rewriter registered as `name`; `generate` is required by "llm" and ignored otherwise."""
+def get_rewriter(name: str, generate: Generate | None = None, prompt_mode: PromptMode = "compact") -> Rewriter:
+    """The rewriter registered as `name`; `generate` (and `prompt_mode`) are for "llm", ignored otherwise."""
     try:
         factory = REWRITERS[name]
     except KeyError:
         raise KeyError(f"unknown rewriter '{name}'; valid: {sorted(REWRITERS)}") from None
-    return factory(generate=generate)
+    return factory(generate=generate, prompt_mode=prompt_mode)

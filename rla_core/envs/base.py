@@ -94,6 +94,21 @@ class EnvironmentFamily(Protocol):
     def describe_schema(self) -> str:
         """A short text of the spec schema, for LLM rewriters' prompts."""
 
+    def rewrite_context(self, spec: dict[str, Any]) -> str:
+        """A compact description of a spec for a small LLM rewriter's prompt: its goal text, its
+        difficulty knobs as JSON (the concrete values it has, in the form `spec_from_answer` reads back)
+        and its oracle plan length; a few lines, not the whole spec."""
+
+    def spec_from_answer(self, answer: dict[str, Any], horizon: int | None = None) -> dict[str, Any]:
+        """The validated spec an LLM rewriter's answer (a decoded JSON object) stands for.
+
+        The answer is either a full spec (validated as by `validate`) or the generator form
+        `{"knobs": {...}, "seed": <int>}`, which the family expands with its own generator at those knobs
+        and seed (so that the generator form of a generated spec expands back to exactly that spec).
+        Untrusted input: anything malformed (wrong types, unknown knobs, out-of-range numbers) raises
+        SpecError naming the problem.
+        """
+
 
 ENVIRONMENTS: dict[str, EnvironmentFamily] = {}
 

@@ -86,7 +86,8 @@ def judge_trajectories(
     judged = []
     for n, (trajectory, step) in enumerate(keys):
         samples = [
-            JudgeSample(prompt_ids=prompt_ids[n], response_ids=g.token_ids, text=g.text, verdict=parse_verdict(g.text))
+            JudgeSample(prompt_ids=prompt_ids[n], response_ids=g.token_ids, response_logprobs=list(g.logprobs),
+                        text=g.text, verdict=parse_verdict(g.text))
             for g in generations[n * m:(n + 1) * m]
         ]
         judged.append(JudgedStep(task_id=trajectory.task_id, sample_index=trajectory.sample_index,

@@ -41,7 +41,8 @@ def _advance(live: _Live, prompt_ids: list[int], generation: Any, commands: list
     outcome = live.episode.step(action if action is not None else INVALID)
     live.steps.append(Step(
         index=len(live.steps), prompt_ids=prompt_ids, response_ids=generation.token_ids,
-        response_text=generation.text, action=action, observation=outcome.observation, oracle_good=good,
+        response_text=generation.text, response_logprobs=list(generation.logprobs), action=action,
+        observation=outcome.observation, oracle_good=good,
     ))
     live.history.append(Turn(action or INVALID, outcome.observation))
     live.observation = outcome.observation

@@ -141,7 +141,10 @@ class DeepSpeedTrainer(TorchTrainer):
         return [batch[self.rank :: self.world_size] for batch in batches]
 
     def old_logprobs(self, samples: Sequence[TrainingSample]) -> list[torch.Tensor]:
-        """log π_old through the engine (ZeRO-3 gathers weights in forward), no grad."""
+        """log π_old through the engine (ZeRO-3 gathers weights in forward), no grad; or the generation's
+        own log-probs (train.old_logprobs = "rollout"; every rank holds the same samples, so all skip)."""
+        if self.train_cfg.old_logprobs == "rollout" and all(s.old_logprobs is not None for s in samples):
+            return [torch.tensor(s.old_logprobs, dtype=torch.float32, device=self.engine.device) for s in samples]
         micro = self.train_cfg.micro_batch_size
         # ZeRO-3 forwards are collectives: pad with dummies to the same micro-batch count on all ranks.
         count = self._pad_count(math.ceil(len(samples) / micro)) if self.world_size > 1 else 0

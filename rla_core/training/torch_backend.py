@@ -107,7 +107,14 @@ class TorchTrainer(Trainer):
         return [ScoredSample(s, o, r) for s, o, r in zip(samples, old, ref, strict=True)]
 
     def old_logprobs(self, samples: Sequence[TrainingSample]) -> list[Tensor]:
-        """log π_old of each sample's response tokens: the model being trained, as it is now."""
+        """log π_old of each sample's response tokens: the model being trained, as it is now.
+
+        With train.old_logprobs = "rollout" and every sample carrying the log-probs its generation
+        recorded (the same weights: rollout and judging sample from the model this update starts from),
+        those are used and one forward pass over all samples is saved; else they are recomputed.
+        """
+        if self.train_cfg.old_logprobs == "rollout" and all(s.old_logprobs is not None for s in samples):
+            return [torch.tensor(s.old_logprobs, dtype=torch.float32, device=model_device(self.model)) for s in samples]
         return response_logprobs(self.model, samples, self.train_cfg.micro_batch_size, self.pad_id)
 
     def minibatches(self, items: Sequence[Item], rng_seed: int) -> list[list[Item]]:
@@ -142,7 +149,7 @@ class TorchTrainer(Trainer):
         ref = place_on_responses([item.ref_logprobs for item in micro], batch.response_mask)
         return clipped_policy_loss(
             logprobs, old, ref, batch.advantages, batch.response_mask,
-            self.train_cfg.clip_eps, self.train_cfg.kl_beta,
+            self.train_cfg.clip_eps, self.train_cfg.kl_beta, self.train_cfg.kl_clamp,
         )
 
     def accumulate_gradients(self, minibatch: Sequence[ScoredSample]) -> dict[str, float]:

@@ -31,7 +31,7 @@ from tasks.tracking import read_metrics
 
 def _micro_overrides() -> list[str]:
     # The same micro sizes as the in-process end-to-end test (tests are not a package: load by path).
-    spec = importlib.util.spec_from_file_location("_e2e", Path(__file__).with_name("test_iteration_e2e.py"))
+    spec = importlib.util.spec_from_file_location("_flows_conftest", Path(__file__).with_name("conftest.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return list(module.MICRO)

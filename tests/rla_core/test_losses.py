@@ -157,3 +157,19 @@ def test_sequence_logprobs_matches_log_softmax_and_upcasts_bf16():
     reference = torch.log_softmax(logits, dim=-1)[:, :-1].gather(-1, input_ids[:, 1:, None]).squeeze(-1)
     assert torch.allclose(out[:, 1:], reference, atol=1e-6)
     assert sequence_logprobs(logits.bfloat16(), input_ids, mask).dtype == torch.float32
+
+
+def test_kl_clamp_bounds_k3_per_token_and_stops_its_gradient():
+    """d = −6 (a tail token whose probability fell 400-fold): k3 = e^6 − 1 − 6 ≈ 396.4, capped at 10 with no
+    gradient; d = −ln2 (k3 = 1 − ln2 ≈ 0.307) is below the cap and keeps its gradient 1 − e^{ln2} = −1."""
+    ref = torch.zeros(1, 2)
+    logprobs = torch.tensor([[-6.0, -LN2]], requires_grad=True)
+    free, free_metrics = clipped_policy_loss(logprobs, logprobs.detach(), ref, torch.tensor([0.0]), torch.ones(1, 2),
+                                             clip_eps=0.2, kl_beta=1.0)
+    assert free_metrics["kl"].item() == pytest.approx((math.exp(6) - 7 + 1 - LN2) / 2)
+    loss, metrics = clipped_policy_loss(logprobs, logprobs.detach(), ref, torch.tensor([0.0]), torch.ones(1, 2),
+                                        clip_eps=0.2, kl_beta=1.0, kl_clamp=10.0)
+    assert metrics["kl"].item() == pytest.approx((10.0 + 1 - LN2) / 2)
+    loss.sum().backward()
+    # d/dlogπ of (1/n)·k3 = (1 − e^{−d})/n: 0 for the capped token, (1 − 2)/2 for the other
+    assert logprobs.grad[0].tolist() == pytest.approx([0.0, -0.5])

@@ -241,3 +241,17 @@ def test_outcome_balance_gives_successes_and_failures_equal_weight_inside_a_task
 def test_outcome_weights_leave_one_outcome_tasks_alone():
     weights = outcome_weights([("t", True), ("t", False), ("t", False), ("u", False)])
     assert weights == {("t", True): 1.5, ("t", False): 0.75, ("u", False): 1.0}
+
+
+def test_samples_carry_the_generations_own_logprobs():
+    traj = [make_traj("g", 0, 1, True), make_traj("g", 1, 1, False)]
+    traj[0].steps[0].response_logprobs = [-0.25]
+    traj[1].steps[0].response_logprobs = [-0.5, -0.1]  # not one per token: unknown, recomputed later
+    samples, _ = policy_samples(traj, [], step_weight=0.0)
+    assert [s.old_logprobs for s in samples] == [[-0.25], None]
+    judged = [make_judged("g", 0, 0, [1, -1]), make_judged("g", 1, 0, [1, -1])]
+    for step in judged:
+        for sample in step.samples:
+            sample.response_logprobs = [-0.75]
+    judge, _ = judge_samples(traj, judged, 1.0, 0.2, 0.8)
+    assert judge and all(s.old_logprobs == [-0.75] for s in judge)

@@ -25,8 +25,7 @@ from tasks.storage import DONE_MARKER, mark_done
 
 def _micro_overrides() -> list[str]:
     """MICRO of the end-to-end test (one definition of the micro run sizes)."""
-    spec = importlib.util.spec_from_file_location("_iteration_e2e",
-                                                  Path(__file__).parents[1] / "flows" / "test_iteration_e2e.py")
+    spec = importlib.util.spec_from_file_location("_flows_conftest", Path(__file__).parents[1] / "flows" / "conftest.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return list(module.MICRO)

@@ -1,4 +1,5 @@
-"""The `household` environment family: validate, make, generate, difficulty, knobs, adjust, schema."""
+"""The `household` environment family: validate, make, generate, difficulty, knobs, adjust, schema,
+and for LLM rewriters a compact rewrite context and the expansion of their answers."""
 from __future__ import annotations
 
 import functools
@@ -11,7 +12,7 @@ from rla_core.envs.base import Adjustment, SpecError
 from rla_core.envs.household import generator, rewriter
 from rla_core.envs.household.episode import HouseholdEpisode
 from rla_core.envs.household.oracle import INF, Oracle
-from rla_core.envs.household.spec import HouseholdSpec, parse_spec
+from rla_core.envs.household.spec import HouseholdSpec, derive_knobs, parse_knobs, parse_spec
 from rla_core.envs.household.world import Layout
 from rla_core.schemas import CriticFeedback
 
@@ -26,6 +27,19 @@ def initial_plan(spec: HouseholdSpec) -> list[str]:
     if oracle.distance(start) == INF:
         raise SpecError(f"the goal '{layout.goal_text()}' cannot be reached from the start")
     return oracle.plan(start)
+
+
+GENERATOR_KEYS = frozenset({"knobs", "seed"})  # the generator form of an answer: {"knobs": {...}, "seed": int}
+SEED_BOUND = 2**63  # seeds of the generator form lie in [0, SEED_BOUND); generated ones are < 2**31
+
+
+def _answer_seed(value: Any) -> int:
+    """The seed of a generator-form answer; SpecError unless a plain int in [0, SEED_BOUND)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SpecError(f"seed must be an integer, got {type(value).__name__} {str(value)[:40]!r}")
+    if not 0 <= value < SEED_BOUND:
+        raise SpecError(f"seed must be in [0, 2**63), got {str(value)[:40]}")
+    return value
 
 
 @functools.lru_cache(maxsize=64)
@@ -93,6 +107,28 @@ class HouseholdFamily:
 
     def describe_schema(self) -> str:
         return rewriter.SCHEMA_TEXT
+
+    def rewrite_context(self, spec: dict[str, Any]) -> str:
+        """Three lines: the goal text, the layout's own knobs as JSON (concrete goal type, as `adjust`
+        reads them) and the oracle's shortest-plan length."""
+        parsed = parse_spec(spec)
+        knobs = derive_knobs(parsed).model_dump()
+        return (f"Goal: {Layout(parsed).goal_text()}\nKnobs: {json.dumps(knobs)}\n"
+                f"Oracle plan: {len(initial_plan(parsed))} steps.")
+
+    def spec_from_answer(self, answer: dict[str, Any], horizon: int | None = None) -> dict[str, Any]:
+        """A full spec is validated; the generator form {"knobs", "seed"} is expanded by
+        `generate_from_seed` (knobs checked strictly: no "3" for 3). SpecError on anything malformed."""
+        if not isinstance(answer, dict):
+            raise SpecError(f"an answer must be a JSON object, got {type(answer).__name__}")
+        if not answer or not set(answer) <= GENERATOR_KEYS:
+            return self.validate(answer, horizon)
+        if "knobs" not in answer or "seed" not in answer:
+            raise SpecError(f"the generator form needs both 'knobs' and 'seed', got {sorted(answer)}")
+        if not isinstance(answer["knobs"], dict):
+            raise SpecError(f"knobs must be a JSON object, got {type(answer['knobs']).__name__}")
+        knobs, seed = parse_knobs(answer["knobs"], strict=True), _answer_seed(answer["seed"])
+        return self.generate_from_seed(knobs.model_dump(), seed, horizon)
 
 
 HOUSEHOLD = HouseholdFamily()

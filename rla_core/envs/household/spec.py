@@ -84,10 +84,11 @@ def _pydantic_message(error: ValidationError, prefix: str) -> str:
     return "; ".join(parts)
 
 
-def parse_knobs(knobs: dict[str, Any] | None) -> Knobs:
-    """Knobs with defaults filled in; SpecError naming the knob when one is out of range or unknown."""
+def parse_knobs(knobs: dict[str, Any] | None, strict: bool = False) -> Knobs:
+    """Knobs with defaults filled in; SpecError naming the knob when one is out of range or unknown.
+    `strict`: no coercion either (an int knob given as "3", 3.0 or true is an error)."""
     try:
-        return Knobs.model_validate(knobs or {})
+        return Knobs.model_validate(knobs or {}, strict=strict)
     except ValidationError as error:
         raise SpecError(_pydantic_message(error, "knobs.")) from None
 

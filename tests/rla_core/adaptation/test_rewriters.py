@@ -1,20 +1,24 @@
 """Rewriters against a small fake environment family: ids, versions, validation, attempts, registry."""
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 import pytest
 
 from rla_core.adaptation.rewriters import (
+    COMPACT_FEEDBACK_CHARS,
     LLMRewriter,
     ProceduralRewriter,
+    build_rewrite_prompt,
     candidate_task,
     first_json_object,
     get_rewriter,
     spec_hash,
 )
 from rla_core.envs.base import Adjustment, SpecError
+from rla_core.envs.household import HOUSEHOLD
 from rla_core.schemas import CriticFeedback, RejectedAction, Task
 
 NO_FEEDBACK = CriticFeedback()
@@ -50,6 +54,15 @@ class FakeFamily:
 
     def describe_schema(self) -> str:
         return '{"size": integer 1..5}'
+
+    def rewrite_context(self, spec: dict[str, Any]) -> str:
+        return f"Size: {spec['size']}"
+
+    def spec_from_answer(self, answer: dict[str, Any], horizon: int | None = None) -> dict[str, Any]:
+        """A spec, or the generator form {"knobs": {"size": n}, "seed": s} (the seed is ignored)."""
+        if set(answer) == {"knobs", "seed"}:
+            return self.validate(answer["knobs"], horizon)
+        return self.validate(answer, horizon)
 
 
 def parent(size: int = 2, version: int = 0) -> Task:
@@ -90,7 +103,8 @@ def test_llm_first_valid_answer_wins_and_prompt_has_context():
         prompts.append(batch)
         return ["no json here", 'Here: {"size": 9}', 'same {"size": 2}', 'ok {"size": 1} done', '{"size": 4}']
 
-    task, metrics, log = LLMRewriter(generate).rewrite(parent(2), "easier", SHELF, 5, random.Random(0), FakeFamily())
+    rewriter = LLMRewriter(generate, prompt_mode="full")
+    task, metrics, log = rewriter.rewrite(parent(2), "easier", SHELF, 5, random.Random(0), FakeFamily())
     assert len(prompts) == 1 and len(prompts[0]) == 5  # one batched call
     prompt = prompts[0][0]
     assert '{"size": 2}' in prompt and '{"size": integer 1..5}' in prompt
@@ -100,6 +114,32 @@ def test_llm_first_valid_answer_wins_and_prompt_has_context():
     assert "no JSON object" in log[0].error and "SpecError" in log[1].error and log[2].error == "unchanged spec"
     assert log[3].raw == 'ok {"size": 1} done'
     assert metrics["rewrite_attempts"] == 4.0 and metrics["difficulty_delta"] == -1.0
+
+
+def test_llm_compact_prompt_and_generator_form_answer():
+    prompts: list[str] = []
+
+    def generate(batch: list[str]) -> list[str]:
+        prompts.extend(batch)
+        return ['{"knobs": {"size": "3"}, "seed": 1}', ' {"knobs": {"size": 3}, "seed": 7} trailing']
+
+    task, _, log = LLMRewriter(generate).rewrite(parent(2), "harder", SHELF, 2, random.Random(0), FakeFamily())
+    assert prompts[0] == build_rewrite_prompt(parent(2), "harder", SHELF, FakeFamily(), "compact")
+    assert "Size: 2" in prompts[0] and "integer 1..5" not in prompts[0]  # the context, not the schema
+    assert prompts[0].rstrip().endswith("Answer:") and "Make it harder." in prompts[0]
+    assert SHELF.render(max_chars=COMPACT_FEEDBACK_CHARS) in prompts[0]
+    assert task.spec == {"size": 3} and [a.ok for a in log] == [False, True] and "SpecError" in log[0].error
+    with pytest.raises(ValueError, match="prompt mode"):
+        build_rewrite_prompt(parent(2), "harder", SHELF, FakeFamily(), "tiny")  # type: ignore[arg-type]
+
+
+def test_compact_feedback_is_capped():
+    many = CriticFeedback(trajectories=8, failed=8, rejected_steps=80, actions=[
+        RejectedAction(action=f"go to shelf {k}", count=9, runs=8, rationale="x" * 150) for k in range(8)])
+    prompt = build_rewrite_prompt(parent(2), "easier", many, FakeFamily(), "compact")
+    assert len(many.render()) > COMPACT_FEEDBACK_CHARS
+    assert many.render(max_chars=COMPACT_FEEDBACK_CHARS) in prompt and many.render() not in prompt
+    assert len(prompt) < COMPACT_FEEDBACK_CHARS + 200
 
 
 def test_llm_all_invalid_and_wrong_answer_count():
@@ -121,9 +161,64 @@ def test_first_json_object():
 def test_registry():
     assert isinstance(get_rewriter("procedural"), ProceduralRewriter)
     assert isinstance(get_rewriter("llm", generate=lambda b: b), LLMRewriter)
+    assert get_rewriter("llm", generate=lambda b: b).prompt_mode == "compact"
+    assert get_rewriter("llm", generate=lambda b: b, prompt_mode="full").prompt_mode == "full"
     with pytest.raises(KeyError, match=r"valid: \['llm', 'procedural'\]"):
         get_rewriter("magic")
     with pytest.raises(ValueError, match="generate"):
         get_rewriter("llm")
     with pytest.raises(ValueError):
         ProceduralRewriter().rewrite(parent(), "harder", NO_FEEDBACK, 0, random.Random(0), FakeFamily())
+
+
+# ---------------------------------------------------------------- the llm rewriter on the real household family
+def household_task(seed: int = 3) -> Task:
+    knobs = {"goal_type": ["put", "examine"], "closed": 0, "distractors": 1}
+    spec = HOUSEHOLD.generate(knobs, random.Random(seed), 12)
+    return Task(task_id="h-v0", slot_id="h", env="household", spec=spec, difficulty=HOUSEHOLD.difficulty(spec))
+
+
+def test_compact_prompt_holds_goal_knobs_plan_direction_feedback_and_the_answer_form():
+    task = household_task()
+    prompt = build_rewrite_prompt(task, "easier", SHELF, HOUSEHOLD, "compact")
+    knobs = {**task.spec["knobs"], "goal_type": task.spec["goal"]["type"]}
+    assert HOUSEHOLD.make(task.spec).goal in prompt
+    assert f"Knobs: {json.dumps(knobs)}" in prompt
+    assert f"Oracle plan: {int(task.difficulty)} steps." in prompt
+    assert "Make it easier." in prompt and SHELF.render() in prompt  # short feedback: whole
+    assert '{"knobs": {...}, "seed": <integer>}' in prompt and prompt.endswith("Answer:")
+    assert '"rooms": [' not in prompt and "Schema" not in prompt  # no spec JSON, no schema
+    full = build_rewrite_prompt(task, "easier", SHELF, HOUSEHOLD, "full")
+    assert HOUSEHOLD.describe_schema() in full and json.dumps(task.spec, sort_keys=True) in full
+
+
+MALFORMED = [
+    "no json at all",
+    '{"knobs": {"rooms": 2}, "seed": "12"}',  # seed as a string
+    '{"knobs": {"rooms": "2"}, "seed": 12}',  # knob as a string
+    '{"knobs": {"windows": 2}, "seed": 12}',  # unknown knob
+    '{"knobs": [2], "seed": 12}',  # wrong type
+    '{"knobs": {"rooms": 2}, "seed": ' + "9" * 5000 + "}",  # past int's digit limit: json refuses it
+    '{"knobs": {"rooms": 2}, "seed": ' + "9" * 300 + "}",  # a gigantic seed
+    '{"knobs": {"rooms": 2}, "seed": 1e999}',  # infinity
+    '{"knobs": {"rooms": 99999999999999999999999}, "seed": 1}',
+    '{"knobs": {"rooms": 2}, "seed": 1' + "[" * 100_000,  # never closes
+    '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}",  # nested past the decoder's recursion limit
+    '{"rooms": "kitchen"}',  # a broken full spec
+    "{}",
+]
+
+
+def test_malformed_answers_are_failed_attempts_never_exceptions():
+    task = household_task()
+    answers = MALFORMED + ['{"knobs": {"rooms": 2, "distractors": 1, "closed": 0, "goal_type": "put", '
+                           '"step_limit": 12}, "seed": 5}']
+    rewriter = LLMRewriter(lambda batch: answers[: len(batch)])
+    candidate, metrics, log = rewriter.rewrite(task, "harder", SHELF, len(answers), random.Random(0), HOUSEHOLD, 12)
+    assert [a.ok for a in log] == [False] * len(MALFORMED) + [True]
+    assert all(a.error for a in log[:-1]), [a.error for a in log]
+    assert "no JSON object" in log[0].error and "seed must be an integer" in log[1].error
+    assert "seed must be in" in log[6].error and "knobs.windows" in log[3].error
+    assert len(log[5].raw) <= rewriter.max_raw_chars
+    assert candidate.spec == HOUSEHOLD.generate_from_seed(json.loads(answers[-1])["knobs"], 5, 12)
+    assert metrics["rewrite_valid_attempts"] == 1.0

@@ -357,3 +357,63 @@ def test_describe_schema_mentions_every_field():
         assert word in text
     example = json.loads(text.split("Example: ", 1)[1])
     assert ENV.difficulty(ENV.validate(example)) == 5.0
+
+
+# ---------------------------------------------------------------- LLM rewriter answers
+def generator_form(spec: dict) -> dict:
+    """What a compact-mode environment model writes for `spec`, decoded (as the rewriter decodes it)."""
+    return json.loads(json.dumps({"knobs": spec["knobs"], "seed": spec["seed"]}))
+
+
+def test_rewrite_context_is_goal_knobs_and_plan_length():
+    spec = ENV.generate({"goal_type": ["put", "examine"], "closed": 0, "distractors": 1}, random.Random(4))
+    goal, knobs, plan = ENV.rewrite_context(spec).split("\n")
+    assert goal == "Goal: " + ENV.make(spec).goal
+    concrete = {**spec["knobs"], "goal_type": spec["goal"]["type"]}  # the sampled type, not the list
+    assert json.loads(knobs.removeprefix("Knobs: ")) == concrete
+    assert list(json.loads(knobs.removeprefix("Knobs: "))) == ["rooms", "distractors", "closed", "goal_type",
+                                                                "step_limit"]  # the order answers use
+    assert plan == f"Oracle plan: {int(ENV.difficulty(spec))} steps."
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_generator_form_expands_to_exactly_the_generated_spec(seed):
+    knobs = {"rooms": 2, "distractors": 3, "closed": 2, "goal_type": ["put", "clean", "examine"], "step_limit": 12}
+    spec = ENV.generate(knobs, random.Random(seed), horizon=12)
+    assert ENV.spec_from_answer(generator_form(spec), horizon=12) == spec
+    assert ENV.spec_from_answer(copy.deepcopy(spec), horizon=12) == ENV.validate(spec, 12)  # a full spec
+
+
+@pytest.mark.parametrize("direction", ["harder", "easier"])
+@pytest.mark.parametrize("seed", range(3))
+def test_generator_form_round_trips_the_procedural_rewrite(direction, seed):
+    spec = ENV.generate({"goal_type": ["put", "examine"], "closed": 1, "distractors": 2}, random.Random(seed), 12)
+    new_spec, _ = ENV.adjust(spec, direction, rejected("go to shelf 1"), random.Random(seed + 10), horizon=12)
+    assert ENV.spec_from_answer(generator_form(new_spec), horizon=12) == new_spec
+
+
+KNOBS = {"rooms": 1, "distractors": 1, "closed": 0, "goal_type": "put", "step_limit": 12}
+
+
+@pytest.mark.parametrize("answer, message", [
+    ([KNOBS, 3], "must be a JSON object"),
+    ({"knobs": KNOBS}, "needs both 'knobs' and 'seed'"),
+    ({"seed": 3}, "needs both"),
+    ({"seed": 3, "step_limit": 5}, "spec.rooms"),  # not the generator form: validated as a spec
+    ({"knobs": [1, 2], "seed": 3}, "knobs must be a JSON object"),
+    ({"knobs": {**KNOBS, "rooms": "2"}, "seed": 3}, "knobs.rooms"),
+    ({"knobs": {**KNOBS, "rooms": 2.0}, "seed": 3}, "knobs.rooms"),
+    ({"knobs": {**KNOBS, "closed": True}, "seed": 3}, "knobs.closed"),
+    ({"knobs": {**KNOBS, "doors": 2}, "seed": 3}, "knobs.doors"),
+    ({"knobs": {**KNOBS, "goal_type": "dance"}, "seed": 3}, "knobs.goal_type"),
+    ({"knobs": {**KNOBS, "distractors": 10**40}, "seed": 3}, "knobs.distractors"),
+    ({"knobs": KNOBS, "seed": "12"}, "seed must be an integer"),
+    ({"knobs": KNOBS, "seed": 1.5}, "seed must be an integer"),
+    ({"knobs": KNOBS, "seed": None}, "seed must be an integer"),
+    ({"knobs": KNOBS, "seed": -1}, r"seed must be in \[0, 2\*\*63\)"),
+    ({"knobs": KNOBS, "seed": 10**400}, r"seed must be in \[0, 2\*\*63\)"),
+    ({"knobs": {**KNOBS, "rooms": 4, "closed": 6, "goal_type": "put_two", "step_limit": 4}, "seed": 3}, "no valid spec"),
+])
+def test_malformed_answers_raise_spec_error(answer, message):
+    with pytest.raises(SpecError, match=message):
+        ENV.spec_from_answer(answer, horizon=12)

@@ -245,3 +245,28 @@ def test_optimizer_state_persists_across_save_and_load(tokenizer, tmp_path):
 def test_load_optimizer_errors_name_the_path(tokenizer, tmp_path):
     with pytest.raises(FileNotFoundError, match="optimizer"):
         TorchTrainer(tiny_model(tokenizer), config(), 1e-3, tmp_path / "missing.pt")
+
+
+def test_rollout_logprobs_are_the_recomputed_old_logprobs(tokenizer):
+    """The seam engine → trainer: the log-probs the transformers engine records while sampling are
+    π_old of the update (the same weights), so using them changes the update only by float rounding."""
+    from rla_core.rollout.base import SamplingParams
+    from rla_core.rollout.hf_engine import TransformersEngine
+
+    model = tiny_model(tokenizer)
+    engine = TransformersEngine(model, tokenizer, batch_size=8)
+    prompts = [tokenizer(f"take apple {i} from shelf")["input_ids"] for i in range(6)]
+    generations = engine.generate(prompts, SamplingParams(max_new_tokens=5, temperature=1.0, seed=3, n=2))
+    samples = [TrainingSample(prompt_ids=prompts[k // 2], response_ids=g.token_ids, advantage=(-1.0) ** k,
+                              task_id="t", sample_index=k, step_index=0, old_logprobs=g.logprobs)
+               for k, g in enumerate(generations) if g.token_ids]
+    recomputed = response_logprobs(model, samples, 4, tokenizer.pad_token_id)
+    for item, again in zip(samples, recomputed, strict=True):
+        assert torch.allclose(torch.tensor(item.old_logprobs), again, atol=1e-5)
+    results = {}
+    for mode in ("recompute", "rollout"):
+        trainer = TorchTrainer(tiny_model(tokenizer), config(old_logprobs=mode, max_optimizer_steps=None), 1e-2)
+        results[mode] = (trainer.train(samples, rng_seed=1), flat_params(trainer.model))
+    for name in ("loss", "pg_loss", "kl", "grad_norm"):
+        assert results["rollout"][0][name] == pytest.approx(results["recompute"][0][name], rel=1e-4, abs=1e-6)
+    assert torch.allclose(results["rollout"][1], results["recompute"][1], atol=1e-5)
