@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rla_core.envs.base import EnvironmentFamily
-from rla_core.judge.judge import judge_prompt, parse_verdict
+from rla_core.judge.judge import judge_prompt, parse_verdict, verdict_rates
 from rla_core.rollout.base import RolloutEngine, SamplingParams
 from rla_core.rollout.prompts import Turn, policy_answer
 from rla_core.schemas import Step, Task, Trajectory
@@ -132,23 +132,6 @@ def score_benchmark(engine: RolloutEngine, tokenizer: Any, steps: Sequence[Bench
     return verdicts, benchmark_metrics(steps, verdicts)
 
 
-def _rates(pairs: list[tuple[bool, int]]) -> dict[str, float]:
-    """p₊, p₋, μ, balanced and raw accuracy of (label, verdict) pairs; absent when a class is empty."""
-    on_pos = [v for label, v in pairs if label]
-    on_neg = [v for label, v in pairs if not label]
-    out: dict[str, float] = {}
-    if on_pos:
-        out["p_pos"] = on_pos.count(1) / len(on_pos)
-    if on_neg:
-        out["p_neg"] = on_neg.count(-1) / len(on_neg)
-    if on_pos and on_neg:
-        out["mu"] = out["p_pos"] + out["p_neg"]
-        out["balanced_acc"] = out["mu"] / 2
-    if pairs:
-        out["raw_acc"] = sum((v == 1) == label and v != 0 for label, v in pairs) / len(pairs)
-    return out
-
-
 def benchmark_metrics(steps: Sequence[BenchmarkStep], verdicts: Sequence[Sequence[int]]) -> dict[str, float]:
     """Per judge sample: p₊/p₋/μ/balanced/raw accuracy against oracle labels, overall and per source;
     the same by trajectory outcome (`outcome_*`, Theorem 1); the unparsed-verdict rate."""
@@ -156,13 +139,13 @@ def benchmark_metrics(steps: Sequence[BenchmarkStep], verdicts: Sequence[Sequenc
         raise ValueError(f"{len(steps)} steps but {len(verdicts)} verdict lists")
     by_label = [(s.good, v) for s, vs in zip(steps, verdicts) for v in vs]
     by_outcome = [(s.success, v) for s, vs in zip(steps, verdicts) for v in vs]
-    metrics = dict(_rates(by_label))
-    metrics.update({f"outcome_{k}": v for k, v in _rates(by_outcome).items() if k in ("p_pos", "p_neg", "mu")})
+    metrics = dict(verdict_rates(by_label))
+    metrics.update({f"outcome_{k}": v for k, v in verdict_rates(by_outcome).items() if k in ("p_pos", "p_neg", "mu")})
     metrics["format_failure_rate"] = sum(v == 0 for _, v in by_label) / max(len(by_label), 1)
     metrics["steps"] = float(len(steps))
     for source in sorted({s.source for s in steps}):
         pairs = [(s.good, v) for s, vs in zip(steps, verdicts) if s.source == source for v in vs]
-        rates = _rates(pairs)
+        rates = verdict_rates(pairs)
         if "balanced_acc" in rates:
             metrics[f"{source}_balanced_acc"] = rates["balanced_acc"]
     return metrics

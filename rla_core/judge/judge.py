@@ -95,11 +95,27 @@ def judge_trajectories(
     return judged, judge_metrics(judged)
 
 
+def verdict_rates(pairs: list[tuple[bool, int]]) -> dict[str, float]:
+    """p₊ = P(S=+1 | good), p₋ = P(S=−1 | bad), μ = p₊ + p₋, balanced accuracy μ/2 and raw accuracy of
+    (label, verdict) pairs; a rate whose class is empty is absent."""
+    on_pos = [v for label, v in pairs if label]
+    on_neg = [v for label, v in pairs if not label]
+    out: dict[str, float] = {}
+    if on_pos:
+        out["p_pos"] = on_pos.count(1) / len(on_pos)
+    if on_neg:
+        out["p_neg"] = on_neg.count(-1) / len(on_neg)
+    if on_pos and on_neg:
+        out["mu"] = out["p_pos"] + out["p_neg"]
+        out["balanced_acc"] = out["mu"] / 2
+    if pairs:
+        out["raw_acc"] = sum((v == 1) == label and v != 0 for label, v in pairs) / len(pairs)
+    return out
+
+
 def judge_metrics(judged: list[JudgedStep]) -> dict[str, float]:
-    """Verdict rates and precision against oracle labels: p₊ = P(S=+1 | good), p₋ = P(S=−1 | bad)."""
+    """Verdict rates and precision against oracle labels (p₊, p₋, μ) on the steps that carry one."""
     verdicts = [s.verdict for j in judged for s in j.samples]
-    on_good = [s.verdict for j in judged if j.oracle_good is True for s in j.samples]
-    on_bad = [s.verdict for j in judged if j.oracle_good is False for s in j.samples]
     total = max(len(verdicts), 1)
     metrics = {
         "verdict_pos_rate": verdicts.count(1) / total,
@@ -107,10 +123,7 @@ def judge_metrics(judged: list[JudgedStep]) -> dict[str, float]:
         "verdict_unparsed_rate": verdicts.count(0) / total,
         "judged_steps": float(len(judged)),
     }
-    if on_good:
-        metrics["p_pos"] = on_good.count(1) / len(on_good)
-    if on_bad:
-        metrics["p_neg"] = on_bad.count(-1) / len(on_bad)
-    if on_good and on_bad:
-        metrics["mu"] = metrics["p_pos"] + metrics["p_neg"]
+    labelled = [(j.oracle_good, s.verdict) for j in judged if j.oracle_good is not None for s in j.samples]
+    rates = verdict_rates(labelled)
+    metrics.update({k: rates[k] for k in ("p_pos", "p_neg", "mu") if k in rates})
     return metrics
