@@ -1,5 +1,5 @@
-"""The `rla` command line: quickstart, run, eval, ui (and seed/bootstrap for the DVC pipeline); deploy and
-worker for a Prefect server with work pools (prefect.yaml, infra/README.md)."""
+"""The `rla` command line: quickstart, run, eval, config, ui (and seed/bootstrap for the DVC pipeline); deploy
+and worker for a Prefect server with work pools (prefect.yaml, infra/README.md)."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
+SET_HELP = "override one config key, e.g. --set rollout.n=8 (repeatable; `rla config` lists the keys)"
 
 
 def embedded_environment() -> None:
@@ -26,12 +27,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rla", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def with_config(name: str, help_text: str, default: list[str] | None = None) -> argparse.ArgumentParser:
-        cmd = sub.add_parser(name, help=help_text)
+    def config_args(cmd: argparse.ArgumentParser, default: list[str] | None = None) -> argparse.ArgumentParser:
         cmd.add_argument("--config", action="append", default=default,
                          help="YAML override file (repeatable, applied in order)")
         cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                         help="override one config key, e.g. --set rollout.n=8")
+                         help=SET_HELP)
+        return cmd
+
+    def with_config(name: str, help_text: str, default: list[str] | None = None) -> argparse.ArgumentParser:
+        cmd = config_args(sub.add_parser(name, help=help_text), default)
         cmd.add_argument("--out", default=None, help="also write the command's JSON summary to this file")
         return cmd
 
@@ -48,8 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="build the fixed held-out/dev task files and judge benchmarks (data/)")
     data.add_argument("action", choices=["build"])
     data.add_argument("--config", action="append", default=None, help="YAML override file (default: quickstart)")
-    data.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    data.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     data.add_argument("--out", default=None, help="output folder (default: data/<environment name>)")
+    config_args(sub.add_parser("config", help="print the resolved config: every key's value, default (* when it "
+                               "differs) and description; defaults alone without --config"))
     ui = sub.add_parser("ui", help="start the MLflow UI for a run on 127.0.0.1")
     ui.add_argument("--run", default="runs/quickstart", help="run folder (holds mlflow.db)")
     ui.add_argument("--port", type=int, default=5000)
@@ -68,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from flows import commands  # imported after the environment is set
+    from flows import commands, config_cmd  # imported after the environment is set
 
     if args.command == "ui":
         return commands.ui(args.run, args.port)
@@ -76,6 +82,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.deploy(args.gpu_pool_type, args.gpu_slots, args.names)
     if args.command == "worker":
         return commands.worker(args.pool, args.limit, args.name)
+    if args.command == "config":
+        return config_cmd.show_config(args.config or [], args.overrides)
     if args.command == "data":
         return commands.build_data(args.config or [str(QUICKSTART)], args.overrides, args.out)
     configs = args.config or ([str(QUICKSTART)] if args.command in ("quickstart", "ablation") else [])

@@ -38,10 +38,12 @@ def _fmt(value: float | None) -> str:
 def summary_table(run_dir: str) -> str:
     """Before (warm-start) vs after (last evaluated iteration) on the held-out tasks, plus the per-
     iteration train success rate and task-store counts."""
+    from flows.rl_iteration import ITERATION  # the stages, for their timers (imports Prefect: not at --help)
+
     paths = RunPaths.of(run_dir)
-    before = json.loads((paths.root / "baseline" / "metrics.json").read_text())
-    evaluated = [k for k in paths.completed_iterations() if (paths.stage(k, "evaluate") / "metrics.json").is_file()]
-    after = json.loads((paths.stage(evaluated[-1], "evaluate") / "metrics.json").read_text()) if evaluated else {}
+    before = json.loads((paths.baseline / "metrics.json").read_text())
+    evaluated = [k for k in paths.completed_iterations() if paths.it(k).eval_metrics.is_file()]
+    after = json.loads(paths.it(evaluated[-1]).eval_metrics.read_text()) if evaluated else {}
     lines = [f"{'metric':28s} {'before':>8s} {'after':>8s}",
              f"{'episodes':28s} {before.get('heldout/episodes', 0):8.0f} {after.get('heldout/episodes', 0):8.0f}"]
     lines += [f"{label:28s} {_fmt(before.get(key)):>8s} {_fmt(after.get(key)):>8s}" for label, key in ROWS]
@@ -52,9 +54,8 @@ def summary_table(run_dir: str) -> str:
         roll = done_summary(paths.stage(k, "rollout"))["metrics"]
         data = done_summary(paths.stage(k, "data"))["metrics"]
         env = done_summary(paths.stage(k, "adapt"))["metrics"]
-        seconds = sum(done_summary(paths.stage(k, s)).get("seconds", 0.0)
-                      for s in ("select", "rollout", "judge", "adapt", "data", "validate", "train_policy",
-                                "train_judge", "evaluate", "commit") if is_done(paths.stage(k, s)))
+        seconds = sum(done_summary(paths.stage(k, s.name)).get("seconds", 0.0)
+                      for s in ITERATION if is_done(paths.stage(k, s.name)))
         lines.append(f"{k:9d} {roll['train/success_rate']:10.3f} {data['data/policy/samples']:8.0f} "
                      f"{data['data/judge/samples']:8.0f} {env['env/accepted']:8.0f} {env['env/proposed']:8.0f} "
                      f"{seconds:8.1f}")
@@ -82,7 +83,7 @@ def run(configs: list[str], overrides: list[str], out: str | None = None) -> int
 
 def seed(configs: list[str], overrides: list[str], out: str | None = None) -> int:
     load_config(configs, overrides)
-    from flows.train import seed as seed_flow
+    from flows.train import seed_run as seed_flow
 
     _emit(seed_flow(configs, overrides), out)
     return 0

@@ -1,31 +1,30 @@
-"""One RL iteration as one Prefect flow run: the table of contents of DESIGN §2.2."""
+"""One RL iteration as one Prefect flow run (docs/design.md, "The loop"): the recipe below is the only
+list of the iteration's stages; everything else (routing, the summary table, a routed stage's flow)
+reads it from here."""
 from __future__ import annotations
 
 from prefect import flow
 
 from flows.routing import StageRunner
 from tasks.commit import commit
-from tasks.iteration import adapt_environment, build_data, judge, rollout, select_tasks
+from tasks.iteration import adapt, data, judge, rollout, select
+from tasks.stage import Stage
 from tasks.tracking_tasks import IterationLog
 from tasks.training import evaluate, train_judge, train_policy
 from tasks.validate import validate
 
+# validate raises on a failed gate (after logging its report), so no model is updated on bad data.
+ITERATION: tuple[Stage, ...] = (select, rollout, judge, adapt, data, validate, train_policy, train_judge,
+                                evaluate, commit)
+
 
 @flow(name="rl-iteration", flow_run_name="iteration-{iteration}", log_prints=True)
 def rl_iteration(run_dir: str, iteration: int) -> dict:
-    """Select → roll out → judge → adapt → build data → validate → train policy → train judge →
-    evaluate → commit. Completed stages are skipped on a re-run; a failed gate stops before training.
-    With cfg.orchestration.gpu_deployment set, the GPU stages run as flow runs on the GPU work pool."""
-    run = StageRunner.of(run_dir, iteration)  # here, or on the GPU deployment for the routed stages
+    """Run the stages of ITERATION in order. Completed stages are skipped on a re-run. With
+    cfg.orchestration.gpu_deployment set, the stages in orchestration.gpu_stages run as flow runs on
+    the GPU work pool."""
+    run = StageRunner.of(run_dir, iteration, ITERATION)  # here, or on the GPU deployment for routed stages
     with IterationLog.open(run_dir, iteration) as log:
-        log.stage("select", run("select", select_tasks))
-        log.stage("rollout", run("rollout", rollout))
-        log.stage("judge", run("judge", judge))
-        log.stage("adapt", run("adapt", adapt_environment))
-        log.stage("data", run("data", build_data))
-        log.stage("validate", run("validate", validate))  # a failed gate raises after logging its report
-        log.stage("train_policy", run("train_policy", train_policy))
-        log.stage("train_judge", run("train_judge", train_judge))
-        log.stage("evaluate", run("evaluate", evaluate))
-        log.stage("commit", run("commit", commit))
+        for stage in ITERATION:
+            log.stage(stage.name, run(stage))
         return log.metrics

@@ -5,11 +5,12 @@ the iteration."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Sequence
 
 from rla_core.config import ConfigError
 from tasks.object_store import fetch_done, open_store
-from tasks.paths import STAGES, RunPaths, run_config
+from tasks.paths import RunPaths, run_config
+from tasks.stage import Stage
 from tasks.storage import done_summary, is_done
 
 POLL_SECONDS = 2.0  # how often the iteration asks the API whether a routed stage has finished
@@ -28,23 +29,24 @@ class StageRunner:
     routed: frozenset[str]
 
     @classmethod
-    def of(cls, run_dir: str, iteration: int) -> "StageRunner":
-        """Read the routing from the run's config; unknown stage names raise naming the valid ones."""
+    def of(cls, run_dir: str, iteration: int, stages: Sequence[Stage]) -> "StageRunner":
+        """Read the routing from the run's config; names not in `stages` raise naming the valid ones."""
         orchestration = run_config(run_dir).orchestration
-        unknown = sorted(set(orchestration.gpu_stages) - set(STAGES))
+        names = [stage.name for stage in stages]
+        unknown = sorted(set(orchestration.gpu_stages) - set(names))
         if unknown:
-            raise ConfigError(f"orchestration.gpu_stages: unknown stage(s) {unknown}; valid: {list(STAGES)}")
+            raise ConfigError(f"orchestration.gpu_stages: unknown stage(s) {unknown}; valid: {names}")
         routed = frozenset(orchestration.gpu_stages) if orchestration.gpu_deployment else frozenset()
         return cls(run_dir, iteration, orchestration.gpu_deployment, routed)
 
-    def __call__(self, stage: str, local: Callable[[str, int], dict]) -> dict:
-        """Run `stage`: `local(run_dir, iteration)` here, or a flow run of the GPU deployment (unless
-        the stage is already done here: a resumed iteration starts no GPU run to skip it)."""
+    def __call__(self, stage: Stage) -> dict:
+        """Run `stage` here, or as a flow run of the GPU deployment (unless the stage is already done:
+        a resumed iteration starts no GPU run to skip it)."""
         # fetch_done: a stage finished on another machine (storage.backend=s3) is not routed again.
-        out_dir = RunPaths.of(self.run_dir).stage(self.iteration, stage)
-        if stage in self.routed and not fetch_done(self.run_dir, out_dir):
-            return run_routed(self.deployment, self.run_dir, self.iteration, stage)
-        return local(self.run_dir, self.iteration)
+        out_dir = RunPaths.of(self.run_dir).stage(self.iteration, stage.name)
+        if stage.name in self.routed and not fetch_done(self.run_dir, out_dir):
+            return run_routed(self.deployment, self.run_dir, self.iteration, stage.name)
+        return stage(self.run_dir, self.iteration)
 
 
 def stage_parameters(run_dir: str, iteration: int, stage: str) -> dict:

@@ -7,19 +7,11 @@ from __future__ import annotations
 
 from prefect import flow
 
-from tasks.commit import commit
-from tasks.iteration import adapt_environment, build_data, judge, rollout, select_tasks
+from flows.rl_iteration import ITERATION
 from tasks.paths import RunPaths
 from tasks.storage import write_text
-from tasks.training import evaluate, train_judge, train_policy
-from tasks.validate import validate
 
-# Every stage by its folder name (tasks.paths.STAGES), so any of them can be routed.
-STAGE_TASKS = {
-    "select": select_tasks, "rollout": rollout, "judge": judge, "adapt": adapt_environment, "data": build_data,
-    "validate": validate, "train_policy": train_policy, "train_judge": train_judge, "evaluate": evaluate,
-    "commit": commit,
-}
+STAGES = {stage.name: stage for stage in ITERATION}  # any stage can be routed, by its name
 
 
 @flow(name="rla-stage", flow_run_name="{stage}-{iteration}", log_prints=True)
@@ -29,9 +21,9 @@ def run_stage(run_dir: str, iteration: int, stage: str, run_config: str | None =
     `run_config` (the run's config.yaml text) is written when this machine has no run folder yet, so the
     stage finds the run's storage and fetches its inputs (storage.backend=s3) before it runs.
     """
-    if stage not in STAGE_TASKS:
-        raise ValueError(f"unknown stage '{stage}'; valid: {list(STAGE_TASKS)}")
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage '{stage}'; valid: {list(STAGES)}")
     config = RunPaths.of(run_dir).config
     if run_config is not None and not config.is_file():
         write_text(config, run_config)
-    return STAGE_TASKS[stage](run_dir, iteration)
+    return STAGES[stage](run_dir, iteration)

@@ -13,9 +13,10 @@ from flows.rl_iteration import rl_iteration
 from rla_core.config import Config, ConfigError, OrchestrationConfig, config_to_yaml, load_config
 from tasks.object_store import open_store
 from tasks.paths import RunPaths
-from tasks.setup import bootstrap, init_models, seed_tasks
+from tasks.setup import bootstrap, init_models, seed
 from tasks.storage import done_summary, write_text
-from tasks.tracking_tasks import close_training_run, evaluate_baseline, evaluate_checkpoint, open_training_run
+from tasks.tracking_tasks import close_training_run, log_baseline, open_training_run
+from tasks.training import baseline, evaluate_checkpoint
 
 
 def _identity(cfg: Config) -> Config:
@@ -46,7 +47,7 @@ def prepare_run_dir(cfg: Config) -> str:
 def _seed(cfg: Config) -> str:
     run_dir = prepare_run_dir(cfg)
     open_training_run(run_dir)
-    seed_tasks(run_dir)
+    seed(run_dir)
     init_models(run_dir)
     return run_dir
 
@@ -54,11 +55,13 @@ def _seed(cfg: Config) -> str:
 def _prepare(cfg: Config) -> tuple[str, dict]:
     run_dir = _seed(cfg)
     bootstrap(run_dir)
-    return run_dir, evaluate_baseline(run_dir)
+    metrics = baseline(run_dir)["metrics"]
+    log_baseline(run_dir, metrics)
+    return run_dir, metrics
 
 
 @flow(name="rla-seed", log_prints=True)
-def seed(config_files: list[str] | None = None, overrides: list[str] | None = None) -> dict:
+def seed_run(config_files: list[str] | None = None, overrides: list[str] | None = None) -> dict:
     """Seed task store + held-out tasks → tokenizer and tiny models."""
     run_dir = _seed(load_config(config_files, overrides))
     return {"run_dir": run_dir, **done_summary(RunPaths.of(run_dir).seed_store.parent)}
@@ -121,4 +124,4 @@ def evaluate_run(config_files: list[str] | None = None, overrides: list[str] | N
         iteration = done[-1] if done else 0
     if iteration and iteration not in done:
         raise ValueError(f"iteration {iteration} is not complete in {paths.root}; completed: {done}")
-    return evaluate_checkpoint(str(paths.root), iteration)
+    return evaluate_checkpoint(str(paths.root), iteration)["metrics"]

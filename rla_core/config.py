@@ -35,32 +35,36 @@ class ModelSpec(_Section):
     """A causal LM: a local HF directory (`path`) or a tiny one built from the fields below."""
 
     path: str | None = Field(None, description="local HF causal-LM directory; None builds a tiny model")
-    arch: Literal["qwen2", "llama"] = "qwen2"
-    hidden_size: int = Field(96, gt=0)
-    num_layers: int = Field(3, gt=0)
-    num_heads: int = Field(4, gt=0)
-    intermediate_size: int = Field(256, gt=0)
-    max_positions: int = Field(1024, gt=0)
+    arch: Literal["qwen2", "llama"] = Field("qwen2", description="transformers architecture of the tiny model")
+    hidden_size: int = Field(96, gt=0, description="tiny model width; must be divisible by num_heads")
+    num_layers: int = Field(3, gt=0, description="tiny model transformer layers")
+    num_heads: int = Field(4, gt=0, description="tiny model attention heads (as many key/value heads)")
+    intermediate_size: int = Field(256, gt=0, description="tiny model MLP width")
+    max_positions: int = Field(1024, gt=0, description="tiny model context length (tokens); training drops "
+                               "samples whose prompt + response is longer")
 
 
 class ModelsConfig(_Section):
     vocab_size: int = Field(1200, gt=50, description="size of the tokenizer trained in-process")
-    policy: ModelSpec = ModelSpec()
-    judge: ModelSpec = ModelSpec()
-    environment: ModelSpec = ModelSpec(hidden_size=64, num_layers=2)
+    policy: ModelSpec = Field(ModelSpec(), description="the policy that plays the tasks")
+    judge: ModelSpec = Field(ModelSpec(), description="the reward model that judges each policy step")
+    environment: ModelSpec = Field(ModelSpec(hidden_size=64, num_layers=2),
+                                   description="the model that rewrites tasks (environment.rewriter=llm)")
 
 
 class RunConfig(_Section):
-    name: str = "quickstart"
-    seed: int = 0
-    output_dir: str = "runs"
-    iterations: int = Field(5, ge=0)
+    name: str = Field("quickstart", description="run folder under output_dir; also the MLflow run name and the "
+                      "object-store key")
+    seed: int = Field(0, description="base seed of every random choice: tasks, model init, stage sampling")
+    output_dir: str = Field("runs", description="folder that holds the run folders")
+    iterations: int = Field(5, ge=0, description="RL iterations after the warm-start; raising it extends a "
+                            "finished run")
     eval_every: int = Field(0, ge=0, description="evaluate held-out every k iterations; 0 = only at the end")
-    torch_threads: int = Field(0, ge=0, description="0 = torch default")
+    torch_threads: int = Field(0, ge=0, description="torch CPU threads of this process; 0 = torch default")
 
 
 class EnvironmentConfig(_Section):
-    name: str = "household"
+    name: str = Field("household", description="registered environment family that generates and plays tasks")
     train_slots: int = Field(64, gt=0, description="seed slots in the task store")
     heldout_tasks: int = Field(200, gt=0, description="held-out tasks generated from the run seed (no heldout_file)")
     heldout_file: str | None = Field(
@@ -70,10 +74,14 @@ class EnvironmentConfig(_Section):
         default_factory=list, description="other task files (e.g. a dev split) whose games are never trained on")
     knobs: dict[str, Any] = Field(default_factory=dict, description="seed difficulty knobs (env-specific)")
     adapt: bool = Field(True, description="environment adaptation on/off (ablation switch)")
-    alpha_low: float = Field(0.2, ge=0, le=1)
-    alpha_high: float = Field(0.8, ge=0, le=1)
+    alpha_low: float = Field(0.2, ge=0, le=1, description="α_low: a task with success rate <= this is rewritten "
+                             "easier; a harder rewrite is accepted only at >= this")
+    alpha_high: float = Field(0.8, ge=0, le=1, description="α_high: a task with success rate >= this is "
+                              "rewritten harder; an easier rewrite is accepted only at <= this")
     attempts: int = Field(3, gt=0, description="A: rewrite attempts per task")
-    rewriter: Literal["procedural", "llm"] = "procedural"
+    rewriter: Literal["procedural", "llm"] = Field(
+        "procedural", description="who rewrites tasks: procedural = rule-based knob changes, llm = the "
+        "environment model")
     rewrite_prompt: Literal["compact", "full"] = Field(
         "compact", description="llm rewriter prompt: compact = goal, knobs, plan length and feedback, answered "
         "as {knobs, seed} (what the tiny warm-started environment model learns); full = the schema and the "
@@ -92,12 +100,14 @@ class EnvironmentConfig(_Section):
 class VllmConfig(_Section):
     """The vLLM rollout backend (rollout.backend = "vllm"); also serves the judge and environment model."""
 
-    tensor_parallel_size: int = Field(1, gt=0)
-    enable_prefix_caching: bool = True
-    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
-    dtype: str = Field("auto", description="auto | bfloat16 | float16 | float32")
-    max_model_len: int | None = Field(None, gt=0, description="None = the model's max positions")
-    enforce_eager: bool = False
+    tensor_parallel_size: int = Field(1, gt=0, description="GPUs each engine shards the model over")
+    enable_prefix_caching: bool = Field(True, description="reuse the KV cache of shared prompt prefixes")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="fraction of GPU memory the engine "
+                                          "may reserve")
+    dtype: str = Field("auto", description="engine weight dtype: auto | bfloat16 | float16 | float32")
+    max_model_len: int | None = Field(None, gt=0, description="engine context length (tokens); None = the model's "
+                                      "max positions")
+    enforce_eager: bool = Field(False, description="run eagerly, without CUDA graphs")
     weight_sync: Literal["load_weights", "sleep_wake", "rebuild"] = Field(
         "load_weights",
         description="how new policy weights reach the engine; every mode falls back to rebuild on failure",
@@ -106,21 +116,21 @@ class VllmConfig(_Section):
 
 class RolloutConfig(_Section):
     backend: str = Field("transformers", description="rollout engine: transformers | vllm")
-    vllm: VllmConfig = VllmConfig()
+    vllm: VllmConfig = Field(VllmConfig(), description="vLLM engine options (backend = vllm)")
     tasks_per_iteration: int = Field(32, gt=0, description="K active slots sampled per iteration")
     n: int = Field(8, gt=0, description="N trajectories per task")
     max_steps: int = Field(12, gt=0, description="H: at most this many policy turns")
-    temperature: float = Field(1.0, ge=0)
-    max_new_tokens: int = Field(6, gt=0)
+    temperature: float = Field(1.0, ge=0, description="policy sampling temperature in rollouts")
+    max_new_tokens: int = Field(6, gt=0, description="policy answer length cap per turn (tokens)")
     batch_size: int = Field(256, gt=0, description="episodes generated together")
     history_turns: int = Field(3, ge=0, description="past turns shown in the prompt")
 
 
 class JudgeConfig(_Section):
     m: int = Field(3, gt=0, description="judge samples per step")
-    temperature: float = Field(1.0, ge=0)
-    max_new_tokens: int = Field(12, gt=0)
-    batch_size: int = Field(256, gt=0)
+    temperature: float = Field(1.0, ge=0, description="judge sampling temperature")
+    max_new_tokens: int = Field(12, gt=0, description="judge verdict length cap (tokens)")
+    batch_size: int = Field(256, gt=0, description="judge prompts generated together")
     train: bool = Field(True, description="judge training on/off (ablation switch)")
     outcome_balance: bool = Field(
         False, description="beyond the paper: weight the judge's consistency rewards so that steps of "
@@ -134,18 +144,20 @@ class RewardConfig(_Section):
 class DeepSpeedConfig(_Section):
     """The DeepSpeed trainer backend (train.backend = "deepspeed")."""
 
-    zero_stage: int = Field(2, ge=0, le=3)
+    zero_stage: int = Field(2, ge=0, le=3, description="ZeRO stage: 0 off, 1 optimizer state, 2 + gradients, "
+                            "3 + parameters sharded")
     offload_optimizer: bool = Field(False, description="ZeRO-Offload: optimizer state on CPU (stage >= 1)")
     offload_params: bool = Field(False, description="ZeRO-Infinity: parameters on CPU (stage 3)")
-    bf16: bool = False
+    bf16: bool = Field(False, description="train in bfloat16 mixed precision")
     warmup_steps: int = Field(0, ge=0, description="WarmupLR steps; 0 = constant lr")
     launcher: Literal["inprocess", "torchrun", "deepspeed"] = Field(
         "inprocess", description="inprocess = one rank in this process; else a multi-rank launch"
     )
     num_procs: int = Field(1, gt=0, description="ranks per node for torchrun/deepspeed launches")
-    num_nodes: int = Field(1, gt=0)
+    num_nodes: int = Field(1, gt=0, description="nodes of a deepspeed launch")
     hostfile: str | None = Field(None, description="DeepSpeed hostfile for multi-node launches")
-    master_port: int = Field(29500, gt=0, lt=65536)
+    master_port: int = Field(29500, gt=0, lt=65536, description="rendezvous port of the process group (in-process: "
+                             "a free one if busy)")
 
     @model_validator(mode="after")
     def _offload(self) -> "DeepSpeedConfig":
@@ -158,14 +170,15 @@ class DeepSpeedConfig(_Section):
 
 class TrainConfig(_Section):
     backend: str = Field("torch", description="trainer backend: torch | deepspeed")
-    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
-    lr: float = Field(3e-4, gt=0)
-    judge_lr: float = Field(2e-4, gt=0)
-    clip_eps: float = Field(0.2, gt=0, description="ε")
-    kl_beta: float = Field(0.01, ge=0, description="β")
+    deepspeed: DeepSpeedConfig = Field(DeepSpeedConfig(), description="DeepSpeed options (backend = deepspeed)")
+    lr: float = Field(3e-4, gt=0, description="policy learning rate (AdamW)")
+    judge_lr: float = Field(2e-4, gt=0, description="judge learning rate (AdamW)")
+    clip_eps: float = Field(0.2, gt=0, description="ε: the probability ratio is clipped to [1 - ε, 1 + ε]")
+    kl_beta: float = Field(0.01, ge=0, description="β: weight of the KL penalty towards π_ref")
     kl_clamp: float | None = Field(10.0, gt=0, description="per-token bound on the k3 KL estimator (no "
                                    "gradient above it); None = unbounded")
-    reference: Literal["old", "initial"] = "old"
+    reference: Literal["old", "initial"] = Field(
+        "old", description="π_ref of the KL term: old = the model before this update, initial = its warm-start")
     old_logprobs: Literal["recompute", "rollout"] = Field(
         "recompute", description="log π_old: recomputed before the first step, or the log-probs the generation "
         "recorded (same weights, one forward pass less; numbers equal up to float rounding)")
@@ -176,16 +189,17 @@ class TrainConfig(_Section):
     micro_batch_size: int = Field(64, gt=0, description="samples per forward; GAS = ceil(mini/micro)")
     max_optimizer_steps: int | None = Field(
         None, gt=0, description="cap on optimizer steps per model per iteration; None = one pass over all samples")
-    grad_clip: float = Field(1.0, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0, description="max global gradient norm per optimizer step")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
 
 
 class BootstrapConfig(_Section):
     demos: int = Field(600, ge=0, description="oracle demonstration episodes for the policy warm-start")
-    policy_steps: int = Field(300, ge=0)
-    judge_steps: int = Field(150, ge=0)
-    batch_size: int = Field(32, gt=0)
-    lr: float = Field(1e-3, gt=0)
+    policy_steps: int = Field(300, ge=0, description="optimizer steps of the policy's warm-start")
+    judge_steps: int = Field(150, ge=0, description="optimizer steps of the judge's warm-start on oracle step "
+                             "labels")
+    batch_size: int = Field(32, gt=0, description="samples per warm-start optimizer step (every model)")
+    lr: float = Field(1e-3, gt=0, description="learning rate of the policy and judge warm-starts")
     bad_action_rate: float = Field(0.35, ge=0, le=1, description="random actions mixed into judge data")
     environment_tasks: int = Field(
         96, ge=0, description="environment.rewriter=llm with a tiny environment model: fresh tasks played by the "
@@ -193,15 +207,16 @@ class BootstrapConfig(_Section):
         "the environment model's warm-start pairs")
     environment_steps: int = Field(300, ge=0, description="optimizer steps of the environment model's warm-start")
     environment_lr: float = Field(
-        2e-3, gt=0, description="its learning rate: at 1e-3 and 300 steps the tiny model's answers depended on "
-        "the init seed (sampled at temperature 1, 21-45% matched the procedural rewrite vs 64-70% at 2e-3)")
+        2e-3, gt=0, description="learning rate of the environment model's warm-start: at 1e-3 and 300 steps the "
+        "tiny model's answers depended on the init seed (sampled at temperature 1, 21-45% matched the procedural "
+        "rewrite vs 64-70% at 2e-3)")
 
 
 class EvalConfig(_Section):
     # Sampled, like the rollouts RL optimises: the greedy policy of a tiny model flips with small changes of
     # its probabilities, and its success moved opposite to the sampled one in our runs (docs/results.md).
     episodes_per_task: int = Field(2, gt=0, description="episodes per held-out task")
-    temperature: float = Field(1.0, ge=0, description="0 = greedy")
+    temperature: float = Field(1.0, ge=0, description="policy sampling temperature on held-out tasks; 0 = greedy")
     greedy_at_end: bool = Field(True, description="also a greedy pass (heldout_greedy/*) at the warm-start "
                                 "and the last evaluation")
     judge_m: int = Field(1, gt=0, description="judge samples per held-out step (p+/p- are per sample)")
@@ -212,31 +227,34 @@ class EvalConfig(_Section):
 
 
 class TrackingConfig(_Section):
-    mlflow_uri: str | None = Field(None, description="None = sqlite file under the run folder")
+    mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None = sqlite file under the run folder")
     artifact_location: str | None = Field(
         None, description="MLflow artifact root for a new experiment, e.g. s3://bucket/mlflow; None = MLflow's default"
     )
-    experiment: str = "rlanything"
-    register_models: bool = True
+    experiment: str = Field("rlanything", description="MLflow experiment that holds the runs")
+    register_models: bool = Field(True, description="register each trained checkpoint in the MLflow model "
+                                  "registry")
 
 
 class VersioningConfig(_Section):
-    dvc: bool = True
+    dvc: bool = Field(True, description="version each iteration's task store, batches and checkpoints with DVC")
     remote: str | None = Field(None, description="DVC remote URL; None = a local folder beside the run")
 
 
 class GatesConfig(_Section):
-    enabled: bool = True
+    enabled: bool = Field(True, description="data-quality gates before training; a failed gate stops the "
+                          "iteration")
 
 
 class StorageConfig(_Section):
     """Where stage outputs live besides the local run folder (local | s3 through boto3)."""
 
-    backend: Literal["local", "s3"] = "local"
-    bucket: str | None = None
+    backend: Literal["local", "s3"] = Field(
+        "local", description="local = the run folder only; s3 = also mirrored to an S3 bucket")
+    bucket: str | None = Field(None, description="S3 bucket (required when backend is s3)")
     prefix: str = Field("rlanything", description="key prefix; objects go under <prefix>/<run name>/")
     endpoint_url: str | None = Field(None, description="S3-compatible endpoint (MinIO, moto); None = AWS")
-    region: str | None = None
+    region: str | None = Field(None, description="S3 region; None = boto3's default")
 
     @model_validator(mode="after")
     def _bucket(self) -> "StorageConfig":
@@ -258,20 +276,20 @@ class OrchestrationConfig(_Section):
 
 
 class Config(_Section):
-    run: RunConfig = RunConfig()
-    models: ModelsConfig = ModelsConfig()
-    environment: EnvironmentConfig = EnvironmentConfig()
-    rollout: RolloutConfig = RolloutConfig()
-    judge: JudgeConfig = JudgeConfig()
-    reward: RewardConfig = RewardConfig()
-    train: TrainConfig = TrainConfig()
-    bootstrap: BootstrapConfig = BootstrapConfig()
-    eval: EvalConfig = EvalConfig()
-    tracking: TrackingConfig = TrackingConfig()
-    versioning: VersioningConfig = VersioningConfig()
-    gates: GatesConfig = GatesConfig()
-    storage: StorageConfig = StorageConfig()
-    orchestration: OrchestrationConfig = OrchestrationConfig()
+    run: RunConfig = Field(RunConfig(), description="run identity, seed and length")
+    models: ModelsConfig = Field(ModelsConfig(), description="tokenizer and the policy, judge and environment models")
+    environment: EnvironmentConfig = Field(EnvironmentConfig(), description="tasks and their adaptation")
+    rollout: RolloutConfig = Field(RolloutConfig(), description="policy episodes per iteration")
+    judge: JudgeConfig = Field(JudgeConfig(), description="step judging by the reward model")
+    reward: RewardConfig = Field(RewardConfig(), description="how outcome and step rewards combine")
+    train: TrainConfig = Field(TrainConfig(), description="policy and judge RL updates")
+    bootstrap: BootstrapConfig = Field(BootstrapConfig(), description="supervised warm-start before RL")
+    eval: EvalConfig = Field(EvalConfig(), description="held-out evaluation")
+    tracking: TrackingConfig = Field(TrackingConfig(), description="MLflow tracking")
+    versioning: VersioningConfig = Field(VersioningConfig(), description="DVC versioning of run outputs")
+    gates: GatesConfig = Field(GatesConfig(), description="data-quality gates")
+    storage: StorageConfig = Field(StorageConfig(), description="where stage outputs are stored")
+    orchestration: OrchestrationConfig = Field(OrchestrationConfig(), description="where stages run")
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

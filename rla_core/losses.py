@@ -1,5 +1,6 @@
-"""Losses, pure torch: the clipped policy-gradient loss with a k3 KL penalty (DESIGN §2.3), the
-per-token log-prob gather it needs, and the SFT loss of the bootstrap warm-start.
+"""Losses, pure torch: the clipped policy-gradient loss with a k3 KL penalty (docs/design.md,
+"The formulas", Loss), the per-token log-prob gather it needs, and the SFT loss of the bootstrap
+warm-start (docs/design.md, "The loop", Warm-start).
 
 Shift convention (used by every function here): tensors are [B, T] aligned with `input_ids`
 positions. Position t holds log p(input_ids[:, t] | input_ids[:, :t]), i.e. it is computed from the

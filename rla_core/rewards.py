@@ -1,4 +1,5 @@
-"""Step rewards, step advantages and the training data of the policy and the judge (DESIGN §2.2 6–7).
+"""Step rewards, step advantages and the training data of the policy and the judge (docs/design.md,
+"The formulas", Policy data and Judge data).
 
 Every per-step quantity is keyed by an explicit `StepKey(task_id, sample_index, step_index)`; samples
 are built by looking their advantage up by key, never by position, so a dropped or reordered item can

@@ -102,7 +102,8 @@ NO_ACTION = "<no valid action>"
 
 
 class CriticFeedback(_Record):
-    """What went wrong in the failed runs of ONE task, for the environment model (DESIGN §2.2 step 5).
+    """What went wrong in the failed runs of ONE task, for the environment model (docs/design.md,
+    "The formulas", Environment adaptation).
 
     The critic writes it and every rewriter reads it: the procedural rewriter reads `actions`, an LLM
     rewriter reads `render()`. Actions are ordered by how often they were rejected.

@@ -55,19 +55,19 @@ def _metric(summary: dict, key: str) -> float:
 def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
     paths = RunPaths.of(run_dir)
     result = RunResult(row, seed, str(run_dir), 0)
-    baseline = paths.root / "baseline" / "metrics.json"
+    baseline = paths.baseline / "metrics.json"
     evaluations = [json.loads(baseline.read_text())] if baseline.is_file() else []
     for k in paths.completed_iterations():
         result.iterations = k
-        metrics_file = paths.stage(k, "evaluate") / "metrics.json"
+        metrics_file = paths.it(k).eval_metrics
         if metrics_file.is_file():
             evaluations.append(json.loads(metrics_file.read_text()))
         result.train_success.append(_metric(done_summary(paths.stage(k, "rollout")), "train/success_rate"))
         for role in ("policy", "judge"):
-            stage = done_summary(paths.stage(k, f"train_{role}"))
-            steps = getattr(result, f"{role}_steps") + _metric(stage, f"{role}/optimizer_steps")
+            update = done_summary(paths.it(k).trained(role))
+            steps = getattr(result, f"{role}_steps") + _metric(update, f"{role}/optimizer_steps")
             setattr(result, f"{role}_steps", steps)
-            trained = getattr(result, f"{role}_samples") + _metric(stage, f"{role}/samples_trained")
+            trained = getattr(result, f"{role}_samples") + _metric(update, f"{role}/samples_trained")
             setattr(result, f"{role}_samples", trained)
         result.seconds += sum(done_summary(p).get("seconds", 0.0) for p in paths.iteration(k).iterdir()
                               if p.is_dir() and is_done(p))

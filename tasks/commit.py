@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from rla_core.config import Config
-from tasks.common import resumable
 from tasks.object_store import dvc_remote_options
-from tasks.paths import COMPLETE, RunPaths, run_config
+from tasks.paths import RunPaths, run_config
 from tasks.report import iteration_report, render_html, render_text
+from tasks.stage import stage
 from tasks.storage import done_summary, read_json, write_text
 from tasks.tracking_tasks import tracker_for
 from tasks.versioning import data_version, init_run_repo, track
@@ -19,9 +16,9 @@ from tasks.versioning import data_version, init_run_repo, track
 
 def versioned_paths(paths: RunPaths, k: int) -> list[Path]:
     """The iteration's task store, training batches and (when trained) checkpoints."""
-    chosen = [paths.stage(k, "adapt") / "store", paths.stage(k, "data")]
+    chosen = [paths.it(k).store, paths.it(k).data]
     for role in ("policy", "judge"):
-        model = paths.stage(k, f"train_{role}") / "model"
+        model = paths.it(k).model(role)
         if model.is_dir():
             chosen.append(model)
     return chosen
@@ -33,12 +30,11 @@ def log_artifacts(paths: RunPaths, k: int) -> None:
     report = iteration_report(paths, k, run_config(paths.root).reward.step_weight)
     tracker.log_text(render_text(report), "samples/trajectories.txt", iteration=k)
     tracker.log_text(render_html(report), "samples/trajectories.html", iteration=k)
-    tracker.log_dict(read_json(paths.stage(k, "adapt") / "diff.json"), "task_store/diff.json", iteration=k)
-    tracker.log_dict(read_json(paths.stage(k, "adapt") / "report.json"), "task_store/report.json", iteration=k)
+    tracker.log_dict(read_json(paths.it(k).store_diff), "task_store/diff.json", iteration=k)
+    tracker.log_dict(read_json(paths.it(k).adapt_report), "task_store/report.json", iteration=k)
 
 
-@task(name="commit", cache_policy=NO_CACHE, persist_result=False, retries=1, retry_delay_seconds=2)
-@resumable("commit")
+@stage(retries=1, retry_delay_s=2)  # DVC and the MLflow registry may meet a transient lock
 def commit(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     version = ""
     if cfg.versioning.dvc:
@@ -50,9 +46,9 @@ def commit(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     tracker = tracker_for(str(paths.root))
     registered = {}
     for role in ("policy", "judge"):
-        stage = done_summary(paths.stage(k, f"train_{role}"))
-        if stage.get("trained"):
-            registered[role] = tracker.register_checkpoint(paths.root / stage["model_dir"], f"rla-{role}",
+        update = done_summary(paths.it(k).trained(role))
+        if update.get("trained"):
+            registered[role] = tracker.register_checkpoint(paths.root / update["model_dir"], f"rla-{role}",
                                                            iteration=k, data_version=version)
-    write_text(paths.iteration(k) / COMPLETE, version + "\n")
+    write_text(paths.it(k).complete, version + "\n")
     return {"data_version": version, "registered": registered, "metrics": {}}

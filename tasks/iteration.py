@@ -1,18 +1,16 @@
-"""Prefect tasks for the stages of one RL iteration (DESIGN §2.2), in order.
+"""The stages of an RL iteration up to the training data (docs/design.md, "The loop"): select, rollout,
+judge, adapt, data.
 
-Each task: load its inputs from the run folder, call one rla_core function, write its outputs
-atomically under iterations/iter_k/<stage>/, and return a small JSON summary (metrics + references).
-A stage whose _DONE marker exists is skipped, so an interrupted run resumes where it stopped.
+Each stage reads its inputs from the run folder (tasks.paths.IterationPaths), calls rla_core, writes its
+outputs atomically and returns a small JSON summary; tasks/stage.py skips it when already done.
 """
 from __future__ import annotations
 
 import random
 from pathlib import Path
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
-from rla_core.adaptation.cycle import AdaptReport, adapt
+from rla_core.adaptation.cycle import AdaptReport, trainable
+from rla_core.adaptation.cycle import adapt as adapt_store
 from rla_core.adaptation.store import TaskStore
 from rla_core.config import Config
 from rla_core.envs.base import get_environment
@@ -21,22 +19,20 @@ from rla_core.rewards import judge_samples, policy_samples
 from rla_core.rollout.base import SamplingParams
 from rla_core.rollout.runner import play
 from rla_core.schemas import JudgedStep, Task, TrainingSample, Trajectory
-from tasks.common import progress_bar, resumable, stage_seed
+from tasks.common import progress_bar, stage_seed
 from tasks.engines import engine_for
 from tasks.paths import RunPaths
 from tasks.rewriting import make_rewrite
+from tasks.stage import stage
 from tasks.storage import read_records, write_json, write_records, write_text
 
-STAGE = dict(cache_policy=NO_CACHE, persist_result=False)
 
-
-@task(name="select", **STAGE)
-@resumable("select")
-def select_tasks(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+@stage()
+def select(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """K active slots plus every pending candidate created in the previous iteration."""
     store = TaskStore.load(paths.store_dir(k))
     tasks = store.select(cfg.rollout.tasks_per_iteration, random.Random(stage_seed(cfg, k, "select")), iteration=k)
-    write_records(out / "tasks.jsonl", tasks)
+    write_records(paths.it(k).tasks, tasks)
     pending = {c.task.task_id for c in store.pending()}
     return {"tasks": len(tasks), "candidates": sum(t.task_id in pending for t in tasks)}
 
@@ -52,13 +48,13 @@ def rollout_tasks(paths: RunPaths, cfg: Config, tasks: list[Task], model_dir: Pa
                     cfg.rollout.max_steps, cfg.rollout.history_turns, progress=bar.update)
 
 
-@task(name="rollout", **STAGE)
-@resumable("rollout")
+@stage()
 def rollout(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
-    tasks = read_records(paths.stage(k, "select") / "tasks.jsonl", Task)
+    """N episodes of every selected task at the policy's temperature."""
+    tasks = read_records(paths.it(k).tasks, Task)
     trajectories, metrics = rollout_tasks(paths, cfg, tasks, paths.model_dir(k, "policy"), cfg.rollout.n,
                                           cfg.rollout.temperature, stage_seed(cfg, k, "rollout"), f"rollout {k}")
-    write_records(out / "trajectories.jsonl", trajectories)
+    write_records(paths.it(k).trajectories, trajectories)
     return {"metrics": {f"train/{name}": value for name, value in metrics.items()}}
 
 
@@ -74,56 +70,50 @@ def judge_all(paths: RunPaths, cfg: Config, trajectories: list[Trajectory], mode
                                   cfg.rollout.history_turns, progress=bar.update)
 
 
-@task(name="judge", **STAGE)
-@resumable("judge")
+@stage()
 def judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """m judge samples for every step of every trajectory; p₊/p₋ against the oracle labels."""
-    trajectories = read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
+    trajectories = read_records(paths.it(k).trajectories, Trajectory)
     judged, metrics = judge_all(paths, cfg, trajectories, paths.model_dir(k, "judge"), stage_seed(cfg, k, "judge"),
                                 f"judge {k}")
-    write_records(out / "judged.jsonl", judged)
+    write_records(paths.it(k).judged, judged)
     return {"metrics": {f"judge/train_{name}": value for name, value in metrics.items()}}
 
 
-@task(name="adapt", **STAGE)
-@resumable("adapt")
-def adapt_environment(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+@stage()
+def adapt(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Validate last iteration's candidates, then propose rewrites for tasks outside the band."""
     store = TaskStore.load(paths.store_dir(k))
-    trajectories = read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
-    judged = read_records(paths.stage(k, "judge") / "judged.jsonl", JudgedStep)
+    trajectories = read_records(paths.it(k).trajectories, Trajectory)
+    judged = read_records(paths.it(k).judged, JudgedStep)
     env = cfg.environment
     rewrite = make_rewrite(cfg, paths) if env.adapt else None
-    new_store, report, metrics = adapt(store, trajectories, judged, k, env.alpha_low, env.alpha_high, rewrite,
+    new_store, report, metrics = adapt_store(store, trajectories, judged, k, env.alpha_low, env.alpha_high, rewrite,
                                        env.rewriter, random.Random(stage_seed(cfg, k, "adapt")))
-    new_store.save(out / "store")
-    write_text(out / "report.json", report.model_dump_json(indent=2) + "\n")
-    write_json(out / "diff.json", store.diff(new_store))
+    new_store.save(paths.it(k).store)
+    write_text(paths.it(k).adapt_report, report.model_dump_json(indent=2) + "\n")
+    write_json(paths.it(k).store_diff, store.diff(new_store))
     counts = {f"env/{name}": float(value) for name, value in new_store.counts().items()}
     return {"metrics": {**metrics, **counts}, "rejected": report.rejected}
 
 
-@task(name="build-data", **STAGE)
-@resumable("data")
-def build_data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+@stage()
+def data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Policy samples (mixed-outcome tasks) and judge samples (in-band tasks); rejected candidates excluded."""
-    rejected = set(read_adapt_report(paths, k).rejected)
-    trajectories = [t for t in read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
-                    if t.task_id not in rejected]
-    judged = [j for j in read_records(paths.stage(k, "judge") / "judged.jsonl", JudgedStep)
-              if j.task_id not in rejected]
+    trajectories, judged = trainable(read_adapt_report(paths, k), read_records(paths.it(k).trajectories, Trajectory),
+                                     read_records(paths.it(k).judged, JudgedStep))
     policy, policy_metrics = policy_samples(trajectories, judged, cfg.reward.step_weight)
     judge_data, judge_metrics = judge_samples(trajectories, judged, cfg.reward.step_weight,
                                               cfg.environment.alpha_low, cfg.environment.alpha_high,
                                               cfg.judge.outcome_balance)
-    write_records(out / "policy.jsonl", policy)
-    write_records(out / "judge.jsonl", judge_data)
+    write_records(paths.it(k).batch("policy"), policy)
+    write_records(paths.it(k).batch("judge"), judge_data)
     return {"metrics": {f"data/{n}": v for n, v in {**policy_metrics, **judge_metrics}.items()}}
 
 
 def read_adapt_report(paths: RunPaths, k: int) -> AdaptReport:
-    return AdaptReport.model_validate_json((paths.stage(k, "adapt") / "report.json").read_text())
+    return AdaptReport.model_validate_json(paths.it(k).adapt_report.read_text())
 
 
 def load_batch(paths: RunPaths, k: int, role: str) -> list[TrainingSample]:
-    return read_records(paths.stage(k, "data") / f"{role}.jsonl", TrainingSample)
+    return read_records(paths.it(k).batch(role), TrainingSample)

@@ -14,9 +14,77 @@ from pathlib import Path
 from rla_core.config import Config, load_config
 from tasks.storage import done_summary, is_done
 
-STAGES = ("select", "rollout", "judge", "adapt", "data", "validate", "train_policy", "train_judge",
-          "evaluate", "commit")
 COMPLETE = "COMPLETE"
+ROLES = ("policy", "judge")  # the trained models, each with its train_<role> stage
+
+
+@dataclass(frozen=True)
+class IterationPaths:
+    """The files one iteration's stages hand each other, named once: `iterations/iter_k/<stage>/<file>`.
+    Each stage folder is named after its stage (tasks/stage.py)."""
+    root: Path
+
+    def stage(self, name: str) -> Path:
+        return self.root / name
+
+    @property
+    def tasks(self) -> Path:
+        """select: the tasks rolled out this iteration."""
+        return self.root / "select" / "tasks.jsonl"
+
+    @property
+    def trajectories(self) -> Path:
+        """rollout: N trajectories per task."""
+        return self.root / "rollout" / "trajectories.jsonl"
+
+    @property
+    def judged(self) -> Path:
+        """judge: m verdicts per step."""
+        return self.root / "judge" / "judged.jsonl"
+
+    @property
+    def store(self) -> Path:
+        """adapt: the task store after adaptation (the next iteration starts from it)."""
+        return self.root / "adapt" / "store"
+
+    @property
+    def adapt_report(self) -> Path:
+        """adapt: the AdaptReport (accepted, rejected, proposals)."""
+        return self.root / "adapt" / "report.json"
+
+    @property
+    def store_diff(self) -> Path:
+        return self.root / "adapt" / "diff.json"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def batch(self, role: str) -> Path:
+        """data: the training samples of `role` ("policy" | "judge")."""
+        return self.root / "data" / f"{role}.jsonl"
+
+    @property
+    def gates_report(self) -> Path:
+        return self.root / "validate" / "report.json"
+
+    def trained(self, role: str) -> Path:
+        """train_policy / train_judge: the stage folder of `role`'s update."""
+        if role not in ROLES:
+            raise KeyError(f"unknown model role '{role}' (no stage train_{role}); valid: {list(ROLES)}")
+        return self.root / f"train_{role}"
+
+    def model(self, role: str) -> Path:
+        return self.trained(role) / "model"
+
+    @property
+    def eval_metrics(self) -> Path:
+        """evaluate: held-out and benchmark metrics (absent when the iteration was not evaluated)."""
+        return self.root / "evaluate" / "metrics.json"
+
+    @property
+    def complete(self) -> Path:
+        return self.root / COMPLETE
 
 
 @dataclass(frozen=True)
@@ -57,16 +125,23 @@ class RunPaths:
     def bootstrap(self) -> Path:
         return self.root / "models" / "bootstrap"
 
+    @property
+    def baseline(self) -> Path:
+        """Held-out metrics of the warm-started models (baseline/metrics.json)."""
+        return self.root / "baseline"
+
     def iteration(self, k: int) -> Path:
         return self.root / "iterations" / f"iter_{k:04d}"
 
+    def it(self, k: int) -> IterationPaths:
+        """Typed access to iteration k's files."""
+        return IterationPaths(self.iteration(k))
+
     def stage(self, k: int, name: str) -> Path:
-        if name not in STAGES:
-            raise KeyError(f"unknown stage '{name}'; valid: {list(STAGES)}")
         return self.iteration(k) / name
 
     def is_complete(self, k: int) -> bool:
-        return (self.iteration(k) / COMPLETE).is_file()
+        return self.it(k).complete.is_file()
 
     def completed_iterations(self) -> list[int]:
         found = sorted(int(p.name.split("_")[1]) for p in (self.root / "iterations").glob("iter_*")
@@ -76,7 +151,7 @@ class RunPaths:
     def model_dir(self, k: int, role: str) -> Path:
         """The `role` model ("policy" | "judge") that iteration k starts from."""
         for prev in range(k - 1, 0, -1):
-            stage = self.stage(prev, f"train_{role}")
+            stage = self.it(prev).trained(role)
             if is_done(stage):
                 return self.root / done_summary(stage)["model_dir"]
         return self.bootstrap / role
@@ -85,7 +160,7 @@ class RunPaths:
         """The task store iteration k starts from: the latest earlier adapted store, else the seed."""
         for prev in range(k - 1, 0, -1):
             if is_done(self.stage(prev, "adapt")):
-                return self.stage(prev, "adapt") / "store"
+                return self.it(prev).store
         return self.seed_store
 
     def rel(self, path: Path) -> str:

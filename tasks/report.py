@@ -13,11 +13,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rla_core.adaptation.critic import judge_rationale
+from rla_core.adaptation.cycle import AdaptReport
 from rla_core.rewards import StepKey, group_by_task, has_mixed_outcomes, index_judged, step_rewards
 from rla_core.rollout.runner import INVALID
 from rla_core.schemas import JudgedStep, Trajectory, TrainingSample
 from tasks.paths import RunPaths
-from tasks.storage import read_json, read_records
+from tasks.storage import read_records
 
 NOT_TRAINED = "not trained"
 EXCLUDED = "excluded (rejected candidate)"
@@ -159,10 +160,11 @@ def sample_advantages(samples: Iterable[TrainingSample]) -> dict[StepKey, float]
 def iteration_report(paths: RunPaths, k: int, step_weight: float, max_tasks: int = 4,
                      per_task: int = 2) -> ReportSelection:
     """The report of iteration k from its rollout, judge, adapt and data stage files."""
-    trajectories = read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory)
-    judged = read_records(paths.stage(k, "judge") / "judged.jsonl", JudgedStep)
-    rejected = set(read_json(paths.stage(k, "adapt") / "report.json")["rejected"])
-    samples = read_records(paths.stage(k, "data") / "policy.jsonl", TrainingSample)
+    it = paths.it(k)
+    trajectories = read_records(it.trajectories, Trajectory)
+    judged = read_records(it.judged, JudgedStep)
+    rejected = set(AdaptReport.model_validate_json(it.adapt_report.read_text()).rejected)
+    samples = read_records(it.batch("policy"), TrainingSample)
     return trajectory_report(trajectories, judged, report_rewards(trajectories, judged, step_weight),
                              sample_advantages(samples), max_tasks, per_task, rejected)
 

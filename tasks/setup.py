@@ -5,9 +5,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
-
-from prefect import task
-from prefect.cache_policies import NO_CACHE
+from pathlib import Path
 
 from rla_core.adaptation.critic import critic_feedback
 from rla_core.adaptation.rewriters import spec_hash
@@ -22,11 +20,10 @@ from rla_core.schemas import CriticFeedback, JudgedStep, Task, Trajectory
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, stage_seed
 from tasks.iteration import judge_all, rollout_tasks
-from tasks.object_store import fetch_done, publish
-from tasks.paths import RunPaths, run_config
-from tasks.storage import mark_done, read_json, read_records, write_json, write_records
+from tasks.paths import RunPaths
+from tasks.stage import stage
+from tasks.storage import read_json, read_records, write_json, write_records
 
-SETUP = dict(cache_policy=NO_CACHE, persist_result=False)
 WALK_NOISE = 0.25  # random actions in policy demonstrations, so the policy sees recovery states
 REWRITE_CORPUS_TASKS = 50  # tasks whose compact rewrite prompts + answers join the tokenizer corpus
 # Environment-model warm-start: episodes per task (temperature 1), judge samples per step, and
@@ -90,16 +87,13 @@ def heldout_tasks(cfg: Config, family: EnvironmentFamily) -> list[Task]:
                           "heldout", set(), horizon)
 
 
-@task(name="seed-tasks", **SETUP)
-def seed_tasks(run_dir: str) -> dict:
+@stage(scope="run", folder="seed")
+def seed(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """The seed task store (train slots) and the held-out tasks, disjoint by game content.
 
     Games of the held-out tasks and of `environment.reserved_files` (e.g. a dev split) are recorded in
     seed/reserved.json: no seed slot and no warm-start demonstration may play one of them.
     """
-    paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
-    if fetch_done(run_dir, paths.seed_store.parent):
-        return {"resumed": True}
     family, horizon = get_environment(cfg.environment.name), cfg.rollout.max_steps
     heldout = heldout_tasks(cfg, family)
     reserved = {family.content_hash(t.spec) for t in heldout}
@@ -112,9 +106,7 @@ def seed_tasks(run_dir: str) -> dict:
     write_json(paths.reserved, sorted(reserved))
     if cfg.eval.judge_benchmark:
         write_records(paths.judge_benchmark, load_benchmark_file(cfg.eval.judge_benchmark))
-    mark_done(paths.seed_store.parent, {"train": len(train), "heldout": len(heldout), "reserved": len(reserved)})
-    publish(run_dir, paths.seed_store.parent)
-    return {"train": len(train), "heldout": len(heldout)}
+    return {"train": len(train), "heldout": len(heldout), "reserved": len(reserved)}
 
 
 def demo_walks(cfg: Config, paths: RunPaths, count: int, noise: float, stream: str) -> list:
@@ -138,13 +130,10 @@ def rewrite_corpus(cfg: Config, paths: RunPaths, count: int) -> list[str]:
     return [prompt + answer for prompt, answer in rewrite_pairs(family, items, 1, rng, horizon)]
 
 
-@task(name="init-models", **SETUP)
-def init_models(run_dir: str) -> dict:
+@stage(scope="run", folder="models/init")
+def init_models(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Train the tokenizer on game text (and rewrite prompts), build the tiny policy, judge and
     environment models."""
-    paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
-    if fetch_done(run_dir, paths.init_models):
-        return {"resumed": True}
     walks = demo_walks(cfg, paths, 200, 0.5, "corpus")
     keep = cfg.rollout.history_turns
     texts = [p + t for p, t in policy_pairs(walks, keep) + judge_pairs(walks, keep)]
@@ -157,8 +146,6 @@ def init_models(run_dir: str) -> dict:
         model, tok = build_or_load(getattr(cfg.models, role), tokenizer, cfg.run.seed + offset)
         save_pretrained(model, tok, paths.init_models / role)
         summary[f"{role}_params"] = sum(p.numel() for p in model.parameters())
-    mark_done(paths.init_models, summary)
-    publish(run_dir, paths.init_models)
     return summary
 
 
@@ -217,13 +204,10 @@ def warm_start_environment(cfg: Config, paths: RunPaths) -> dict[str, float]:
     return summary
 
 
-@task(name="bootstrap", **SETUP)
-def bootstrap(run_dir: str) -> dict:
+@stage(scope="run", folder="models/bootstrap")
+def bootstrap(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Supervised warm-start: policy on oracle demonstrations, judge on oracle step labels, and (llm
     rewriter) the environment model on procedural rewrites of the critic feedback of those two."""
-    paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
-    if fetch_done(run_dir, paths.bootstrap):
-        return {"resumed": True}
     boot, keep = cfg.bootstrap, cfg.rollout.history_turns
     summary: dict[str, float] = {}
     jobs = {
@@ -241,6 +225,4 @@ def bootstrap(run_dir: str) -> dict:
         summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
     if warm_starts_environment(cfg):
         summary.update(warm_start_environment(cfg, paths))
-    mark_done(paths.bootstrap, summary)
-    publish(run_dir, paths.bootstrap)
     return summary

@@ -1,18 +1,14 @@
-"""MLflow bookkeeping around the flows: the training run, per-iteration logs, baseline evaluation."""
+"""MLflow bookkeeping around the flows: the training run and per-iteration logs."""
 from __future__ import annotations
 
-from pathlib import Path
 from types import TracebackType
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.common import eval_seed
-from tasks.object_store import configure_mlflow_s3, fetch_done, open_run_store, publish
-from tasks.paths import RunPaths, run_config
-from tasks.storage import done_summary, mark_done
+from tasks.object_store import configure_mlflow_s3, open_run_store
+from tasks.paths import run_config
 from tasks.tracking import RUN_ID_FILE, Tracker
-from tasks.training import evaluate_models
 
 TRACK = dict(cache_policy=NO_CACHE, persist_result=False)
 
@@ -67,29 +63,7 @@ def close_training_run(run_dir: str, status: str = "FINISHED") -> None:
     tracker_for(run_dir).finish(status)
 
 
-def _evaluate_into(run_dir: str, out: Path, policy_dir: Path, judge_dir: Path) -> dict:
-    if fetch_done(run_dir, out):
-        return done_summary(out)
-    cfg = run_config(run_dir)
-    metrics = evaluate_models(RunPaths.of(run_dir), cfg, policy_dir, judge_dir, out, eval_seed(cfg))
-    mark_done(out, metrics)
-    publish(run_dir, out)
-    return metrics
-
-
-@task(name="evaluate-baseline", **TRACK)
-def evaluate_baseline(run_dir: str) -> dict:
-    """Held-out metrics of the warm-started policy and judge, logged at step 0."""
-    paths = RunPaths.of(run_dir)
-    metrics = _evaluate_into(run_dir, paths.root / "baseline", paths.bootstrap / "policy", paths.bootstrap / "judge")
+@task(name="log-baseline", **TRACK)
+def log_baseline(run_dir: str, metrics: dict) -> None:
+    """The warm-start's held-out metrics on the training run, at step 0 (before iteration 1)."""
     tracker_for(run_dir).log_metrics(metrics, step=0)
-    return metrics
-
-
-@task(name="evaluate-checkpoint", **TRACK)
-def evaluate_checkpoint(run_dir: str, iteration: int) -> dict:
-    """Held-out metrics of the models after `iteration` (0 = the warm-start), in eval/iter_k/."""
-    paths = RunPaths.of(run_dir)
-    out = paths.root / "eval" / f"iter_{iteration:04d}"
-    return _evaluate_into(run_dir, out, paths.model_dir(iteration + 1, "policy"),
-                          paths.model_dir(iteration + 1, "judge"))

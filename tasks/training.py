@@ -1,4 +1,4 @@
-"""Prefect tasks that update models (policy, then judge) and evaluate on held-out tasks."""
+"""The stages that update the models (train_policy, train_judge) and evaluate them on held-out tasks."""
 from __future__ import annotations
 
 import os
@@ -6,22 +6,18 @@ from pathlib import Path
 
 import torch
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from rla_core.config import Config, TrainConfig
 from rla_core.judge.benchmark import BenchmarkStep, score_benchmark
 from rla_core.rollout.base import SamplingParams
 from rla_core.rollout.runner import rollout_metrics
 from rla_core.schemas import Task
 from rla_core.training.base import get_trainer
-from tasks.common import eval_seed, load_model, progress_bar, resumable, stage_seed
+from tasks.common import eval_seed, load_model, progress_bar, stage_seed
 from tasks.engines import engine_for, sleep_engines
 from tasks.iteration import judge_all, load_batch, rollout_tasks
 from tasks.paths import RunPaths, run_config
+from tasks.stage import stage
 from tasks.storage import read_records, write_json, write_records
-
-STAGE = dict(cache_policy=NO_CACHE, persist_result=False)
 
 
 def train_role(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: float, enabled: bool) -> dict:
@@ -74,14 +70,12 @@ def train_rank(payload: dict) -> dict[str, float]:
     return _train_here(paths, cfg, k, Path(payload["out"]), role, payload["lr"], load_batch(paths, k, role))
 
 
-@task(name="train-policy", **STAGE)
-@resumable("train_policy")
+@stage()
 def train_policy(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     return train_role(paths, cfg, k, out, "policy", cfg.train.lr, enabled=True)
 
 
-@task(name="train-judge", **STAGE)
-@resumable("train_judge")
+@stage()
 def train_judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     return train_role(paths, cfg, k, out, "judge", cfg.train.judge_lr, enabled=cfg.judge.train)
 
@@ -122,8 +116,22 @@ def score_judge_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, out: Pa
     return metrics
 
 
-@task(name="evaluate", **STAGE)
-@resumable("evaluate")
+@stage(scope="run", folder="baseline")
+def baseline(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """Held-out metrics of the warm-started policy and judge (baseline/metrics.json)."""
+    metrics = evaluate_models(paths, cfg, paths.bootstrap / "policy", paths.bootstrap / "judge", out, eval_seed(cfg))
+    return {"metrics": metrics}
+
+
+@stage(scope="run", folder="eval/iter_{k:04d}")
+def evaluate_checkpoint(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """Held-out metrics of the models after iteration k (0 = the warm-start), in eval/iter_k/ (`rla eval`)."""
+    metrics = evaluate_models(paths, cfg, paths.model_dir(k + 1, "policy"), paths.model_dir(k + 1, "judge"), out,
+                              eval_seed(cfg))
+    return {"metrics": metrics}
+
+
+@stage()
 def evaluate(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Evaluate every `eval_every` iterations and at the last one; otherwise record a skip. The judge
     on the policy's own held-out episodes is scored at the last one only (the benchmark every time)."""

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from rla_core.adaptation.store import TaskStore
 from rla_core.config import Config
 from rla_core.schemas import Task, TrainingSample, Trajectory
-from tasks.common import resumable
 from tasks.gates import GateFailed, check_judge_batch, check_policy_batch, check_rollouts, check_task_store
 from tasks.paths import RunPaths
+from tasks.stage import stage
 from tasks.storage import read_records, write_json
 from tasks.tracking_tasks import tracker_for
 
@@ -23,27 +20,26 @@ from tasks.tracking_tasks import tracker_for
 def run_gates(paths: RunPaths, cfg: Config, k: int) -> list:
     heldout = [t.task_id for t in read_records(paths.heldout, Task)]
     vocab = cfg.models.vocab_size if cfg.models.policy.path is None else None
-    data = paths.stage(k, "data")
+    it = paths.it(k)
     results = [
-        check_task_store(TaskStore.load(paths.stage(k, "adapt") / "store").slots(), heldout),
-        check_rollouts(read_records(paths.stage(k, "rollout") / "trajectories.jsonl", Trajectory), heldout),
+        check_task_store(TaskStore.load(it.store).slots(), heldout),
+        check_rollouts(read_records(it.trajectories, Trajectory), heldout),
     ]
     # An empty batch is legitimate (no mixed-outcome or in-band task this iteration): nothing to train.
     for check, name in ((check_policy_batch, "policy"), (check_judge_batch, "judge")):
-        samples = read_records(data / f"{name}.jsonl", TrainingSample)
+        samples = read_records(it.batch(name), TrainingSample)
         if samples:
             results.append(check(samples, heldout, vocab_size=vocab))
     return results
 
 
-@task(name="validate", cache_policy=NO_CACHE, persist_result=False)
-@resumable("validate")
+@stage()
 def validate(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     if not cfg.gates.enabled:
         return {"metrics": {}, "gates": "disabled"}
     results = run_gates(paths, cfg, k)
     report = {r.gate: r.to_dict() for r in results}
-    write_json(out / "report.json", report)
+    write_json(paths.it(k).gates_report, report)
     tracker_for(str(paths.root)).log_dict(report, "gates/report.json", iteration=k)
     metrics = {f"gates/{r.gate}_failed": float(r.failed) for r in results}
     tracker_for(str(paths.root)).log_metrics(metrics, step=k, iteration=k)

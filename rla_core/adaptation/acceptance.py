@@ -1,4 +1,5 @@
-"""When to rewrite a task, and when to accept the rewrite (DESIGN §2.2 steps 4–5)."""
+"""When to rewrite a task, and when to accept the rewrite (docs/design.md, "The formulas", Environment
+adaptation)."""
 from __future__ import annotations
 
 from rla_core.schemas import Direction

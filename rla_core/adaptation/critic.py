@@ -1,4 +1,4 @@
-"""Critic feedback for the environment model (DESIGN §2.2 step 5).
+"""Critic feedback for the environment model (docs/design.md, "The formulas", Environment adaptation).
 
 From the failed trajectories of one task, collect the steps that ALL m judge samples rejected
 (verdict −1), with the action taken and the judge's rationale (its text before `\\boxed`), and
@@ -7,20 +7,12 @@ listed first. The output is deterministic for the same input; `CriticFeedback.re
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from rla_core.judge.judge import judge_rationale
 from rla_core.schemas import NO_ACTION, CriticFeedback, JudgedStep, RejectedAction, Trajectory
-_SPACES = re.compile(r"\s+")
-
-
-def judge_rationale(text: str, max_chars: int = 160) -> str:
-    """The judge's rationale: its text before the first `\\boxed`, whitespace collapsed, capped."""
-    head = text.split("\\boxed", 1)[0]
-    head = _SPACES.sub(" ", head).strip()
-    return head if len(head) <= max_chars else head[: max_chars - 3].rstrip() + "..."
 
 
 @dataclass

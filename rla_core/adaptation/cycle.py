@@ -1,4 +1,5 @@
-"""One iteration of environment adaptation (DESIGN §2.2 steps 4–5) over the task store.
+"""One iteration of environment adaptation over the task store: the adapt stage of docs/design.md,
+"The loop", with the rules of "The formulas", Environment adaptation.
 
 Validate last iteration's pending candidates against their rollouts, then propose new candidates for
 active tasks outside the band, from the critic feedback of the judge. Pure: store in, store out; the
@@ -15,6 +16,7 @@ from rla_core.adaptation.acceptance import accept_candidate, needs_rewrite
 from rla_core.adaptation.critic import critic_feedback
 from rla_core.adaptation.rewriters import RewriteResult
 from rla_core.adaptation.store import TaskStore
+from rla_core.rewards import group_by_task, task_accuracy
 from rla_core.schemas import CriticFeedback, Direction, JudgedStep, PendingCandidate, Task, Trajectory
 
 # (task, direction, feedback, rng) -> (candidate or None, metrics, attempts log)
@@ -64,13 +66,6 @@ class AdaptReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def _by_task(trajectories: list[Trajectory]) -> dict[str, list[Trajectory]]:
-    groups: dict[str, list[Trajectory]] = {}
-    for trajectory in trajectories:
-        groups.setdefault(trajectory.task_id, []).append(trajectory)
-    return groups
-
-
 def validate_pending(store: TaskStore, accuracy: dict[str, float], iteration: int,
                      alpha_low: float, alpha_high: float, report: AdaptReport) -> TaskStore:
     """Accept or reject every pending candidate; one that was not rolled out is rejected as stale."""
@@ -101,7 +96,7 @@ def propose(store: TaskStore, trajectories: list[Trajectory], judged: list[Judge
     A task that became active in this iteration's validation is not rewritten again until its next
     roll-out as the active version: its accuracy here was measured as a candidate.
     """
-    groups = _by_task(trajectories)
+    groups = group_by_task(trajectories)
     just_accepted = set(report.accepted)
     for slot in store.slots():
         group = groups.get(slot.active.task_id)
@@ -166,11 +161,19 @@ def adapt_metrics(report: AdaptReport) -> dict[str, float]:
 def adapt(store: TaskStore, trajectories: list[Trajectory], judged: list[JudgedStep], iteration: int,
           alpha_low: float, alpha_high: float, rewrite: Rewrite | None, source: str, rng: random.Random
           ) -> tuple[TaskStore, AdaptReport, dict[str, float]]:
-    """Steps 4–5 of an iteration. `rewrite=None` (adaptation off) only resolves pending candidates."""
+    """The adapt stage of an iteration. `rewrite=None` (adaptation off) only resolves pending candidates."""
     report = AdaptReport()
-    accuracy = {tid: sum(t.success for t in g) / len(g) for tid, g in _by_task(trajectories).items()}
+    accuracy = task_accuracy(trajectories)
     store = validate_pending(store, accuracy, iteration, alpha_low, alpha_high, report)
     if rewrite is not None:
         store = propose(store, trajectories, judged, iteration, alpha_low, alpha_high, rewrite, source, rng,
                         report)
     return store, report, adapt_metrics(report)
+
+
+def trainable(report: AdaptReport, trajectories: list[Trajectory],
+              judged: list[JudgedStep]) -> tuple[list[Trajectory], list[JudgedStep]]:
+    """The rollouts and verdicts that may enter training: a rejected candidate's never do."""
+    rejected = set(report.rejected)
+    return ([t for t in trajectories if t.task_id not in rejected],
+            [j for j in judged if j.task_id not in rejected])

@@ -1,5 +1,5 @@
 """Rewriters: the environment model E that proposes a harder or easier version of a task
-(DESIGN §2.2 step 5), registered by name.
+(docs/design.md, "The formulas", Environment adaptation), registered by name.
 
 Each rewriter makes up to A attempts; the first that passes structural validation (`family.validate`:
 parses, fits the schema, solvable by the oracle) and differs from the current spec becomes the

@@ -1,5 +1,5 @@
-"""The task store (DESIGN §2.1): slots, each with a root task, an active version, the history of
-accepted versions and at most one pending candidate.
+"""The task store (docs/design.md, "The loop", The task store): slots, each with a root task, an active
+version, the history of accepted versions and at most one pending candidate.
 
 Immutable style: every method that changes something (`set_pending`, `accept`, `reject`) returns a NEW
 TaskStore and leaves the receiver untouched; accessors return deep copies of the records, so callers

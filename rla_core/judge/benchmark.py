@@ -1,5 +1,5 @@
 """The judge benchmark: a fixed set of oracle-labelled held-out steps, scored the same way every time
-(DESIGN §2.6).
+(docs/design.md, "Measuring the judge").
 
 The judge's quality is measured on the SAME steps before and after training: steps drawn from several
 policies (the warm-started policy, a uniformly random one, the oracle with random slips), balanced

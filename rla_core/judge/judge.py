@@ -14,6 +14,7 @@ from rla_core.rollout.prompts import Turn, format_history
 from rla_core.schemas import JudgedStep, JudgeSample, Trajectory, Verdict
 
 VERDICT = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
+_SPACES = re.compile(r"\s+")
 GOOD_RATIONALE = "moves toward the goal"
 BAD_RATIONALE = "does not help the goal"
 
@@ -35,9 +36,11 @@ def judge_answer(good: bool) -> str:
     return f" {GOOD_RATIONALE} \\boxed{{1}}" if good else f" {BAD_RATIONALE} \\boxed{{-1}}"
 
 
-def rationale(text: str) -> str:
-    """The judge's rationale: its text before the verdict."""
-    return VERDICT.split(text)[0].strip()
+def judge_rationale(text: str, max_chars: int = 160) -> str:
+    """The judge's rationale: its text before the first `\\boxed`, whitespace collapsed, capped."""
+    head = text.split("\\boxed", 1)[0]
+    head = _SPACES.sub(" ", head).strip()
+    return head if len(head) <= max_chars else head[: max_chars - 3].rstrip() + "..."
 
 
 def judge_prompt(goal: str, history: list[Turn], observation: str, response: str, action: str | None,

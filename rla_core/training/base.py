@@ -1,7 +1,8 @@
 """The trainer interface (policy and judge alike) and the registry of backends by name.
 
 A backend is constructed as `Trainer(model, train_cfg, lr, optimizer_state_path)` and then
-`train(samples, reference_model, rng_seed)` runs the update of DESIGN §2.3 on those samples.
+`train(samples, reference_model, rng_seed)` runs the update of docs/design.md, "The formulas", Loss and
+Mini-batches, on those samples.
 Built-in backends register themselves when their module is imported; `get_trainer` imports them
 on first use, so importing this module stays light.
 """
@@ -20,6 +21,10 @@ from rla_core.schemas import TrainingSample
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+# Loss metrics of every backend, mini-batch means: "loss" (the per-sample loss), then the parts that
+# `clipped_policy_loss` returns; `train` reports their means over the optimizer steps.
+LOSS_METRICS = ("loss", "pg_loss", "kl", "clip_fraction", "ratio_mean")
 
 # name → module that registers it; imported lazily so heavy engines load only when chosen.
 _BUILTIN_MODULES = {

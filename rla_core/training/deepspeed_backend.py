@@ -1,4 +1,5 @@
-"""The "deepspeed" trainer backend: the torch backend's update (DESIGN §2.3) run by a DeepSpeed engine.
+"""The "deepspeed" trainer backend: the torch backend's update (docs/design.md, "The formulas", Loss and
+Mini-batches) run by a DeepSpeed engine.
 
 Same semantics as `TorchTrainer` (score π_old/π_ref once, same shuffle and disjoint mini-batches,
 exact mini-batch mean, grad clip, AdamW), with ZeRO 0–3, offload and bf16 from `train.deepspeed`.
@@ -33,14 +34,13 @@ from transformers import PreTrainedTokenizerBase
 from rla_core.config import TrainConfig
 from rla_core.models.factory import atomic_directory
 from rla_core.schemas import TrainingSample
-from rla_core.training.base import Trainer, register_trainer
+from rla_core.training.base import LOSS_METRICS, Trainer, register_trainer
 from rla_core.training.batching import length_sorted_chunks, model_pad_id, response_logprobs
 from rla_core.training.deepspeed_config import deepspeed_config
 from rla_core.training.torch_backend import OPTIMIZER_FILE, Item, ScoredSample, TorchTrainer
 
 ENGINE_DIR = "deepspeed_engine"
 ENGINE_TAG = "state"
-_LOSS_METRICS = ("loss", "pg_loss", "kl", "clip_fraction", "ratio_mean")
 
 
 def _free_port(preferred: int) -> int:
@@ -160,7 +160,7 @@ class DeepSpeedTrainer(TorchTrainer):
         size = int(self._all_reduce([float(len(minibatch))])[0])  # M, the global mini-batch
         micros = length_sorted_chunks(minibatch, self.train_cfg.micro_batch_size)
         count = self._pad_count(len(micros)) if self.world_size > 1 else len(micros)
-        totals = dict.fromkeys(_LOSS_METRICS, 0.0)
+        totals = dict.fromkeys(LOSS_METRICS, 0.0)
         for index in range(count):
             real = index < len(micros)
             micro = micros[index] if real else [_dummy_item(self.pad_id)]
@@ -169,7 +169,7 @@ class DeepSpeedTrainer(TorchTrainer):
             self.engine.backward(per_sample.sum() * weight)
             if real:
                 totals["loss"] += float(per_sample.detach().sum()) / size
-                for name in _LOSS_METRICS[1:]:
+                for name in LOSS_METRICS[1:]:
                     totals[name] += float(parts[name]) * len(micro) / size
         return dict(zip(totals, self._all_reduce(list(totals.values()))))
 

@@ -1,6 +1,7 @@
 """The DeepSpeed JSON config of the "deepspeed" trainer backend, built from `train` (pure, no deepspeed import).
 
-The mapping keeps the torch backend's update (DESIGN §2.3) bit for bit where DeepSpeed allows it:
+The mapping keeps the torch backend's update (docs/design.md, "The formulas", Loss and Mini-batches) bit
+for bit where DeepSpeed allows it:
 - gradient accumulation is owned by the trainer (`managed_gradient_accumulation: false`,
   `gradient_accumulation_steps: 1`): it backwards `Σ_b loss_b · W / M` per micro-batch itself, so a
   mini-batch may hold any number of micro-batches and the loss is scaled exactly once;

@@ -2,7 +2,7 @@
 
 loss = −Σ_{b,t} m_bt log p(y_bt | y_<t) / Σ_{b,t} m_bt over the response tokens of a batch (the
 prompt is context only). Used to bootstrap the policy on oracle demonstrations and the judge on
-oracle step labels before RL (DESIGN §2.4).
+oracle step labels before RL (docs/design.md, "The loop", Warm-start).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The "torch" trainer backend: the clipped policy-gradient update of DESIGN §2.3 in plain torch.
+"""The "torch" trainer backend: the clipped policy-gradient update in plain torch (docs/design.md,
+"The formulas", Loss and Mini-batches).
 
 One call of `train`:
 1. drop samples whose prompt+response exceed the model's positions (whole samples, counted);
@@ -28,7 +29,7 @@ from transformers import PreTrainedTokenizerBase
 from rla_core.config import TrainConfig
 from rla_core.models.factory import atomic_directory
 from rla_core.schemas import TrainingSample
-from rla_core.training.base import Trainer, register_trainer
+from rla_core.training.base import LOSS_METRICS, Trainer, register_trainer
 from rla_core.training.batching import (
     collate,
     drop_too_long,
@@ -45,7 +46,6 @@ from rla_core.training.batching import (
 
 OPTIMIZER_FILE = "optimizer.pt"
 Item = TypeVar("Item")
-_LOSS_METRICS = ("loss", "pg_loss", "kl", "clip_fraction", "ratio_mean")
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class TorchTrainer(Trainer):
         gradient equals ∇ mean_b loss_b whatever the micro-batch size. Metrics are mini-batch means.
         """
         size = len(minibatch)
-        totals = dict.fromkeys(_LOSS_METRICS, 0.0)
+        totals = dict.fromkeys(LOSS_METRICS, 0.0)
         for chunk in group_chunks(minibatch, self.train_cfg.micro_batch_size):
             micro = [minibatch[i] for i in chunk]
             per_sample, parts = self.micro_batch_loss(self.model, micro)
@@ -190,7 +190,7 @@ class TorchTrainer(Trainer):
         """Run the update on `samples`; metrics are means over the optimizer steps taken."""
         kept, dropped = drop_too_long(samples, model_max_positions(self.model))
         kept = [s for s in kept if s.prompt_ids and s.response_ids]
-        metrics = dict.fromkeys((*_LOSS_METRICS, "grad_norm"), 0.0)
+        metrics = dict.fromkeys((*LOSS_METRICS, "grad_norm"), 0.0)
         metrics.update(samples=float(len(kept)), dropped_too_long=float(dropped), optimizer_steps=0.0,
                        samples_trained=0.0, samples_over_cap=0.0)
         metrics["dropped_empty"] = float(len(samples) - dropped - len(kept))
@@ -206,7 +206,7 @@ class TorchTrainer(Trainer):
         metrics.update(samples_trained=float(trained), samples_over_cap=float(len(kept) - trained))
         scored = iter(self.score([s for batch in batches for s in batch], reference_model))
         steps = [self.optimizer_step([next(scored) for _ in batch]) for batch in batches]
-        for name in (*_LOSS_METRICS, "grad_norm"):
+        for name in (*LOSS_METRICS, "grad_norm"):
             metrics[name] = sum(step[name] for step in steps) / len(steps)
         metrics["optimizer_steps"] = float(len(steps))
         return metrics

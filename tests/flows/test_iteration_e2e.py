@@ -14,7 +14,7 @@ from rla_core.config import DeepSpeedConfig
 from rla_core.models.factory import load_pretrained
 from rla_core.schemas import TrainingSample
 from tasks.gates import GateFailed
-from tasks.iteration import adapt_environment, build_data, judge, rollout, select_tasks
+from tasks.iteration import adapt, data, judge, rollout, select
 from tasks.paths import RunPaths, run_config
 from tasks.training import train_role
 from tasks.storage import read_records, write_records
@@ -65,8 +65,8 @@ def test_dvc_tracks_and_restores_the_iteration_outputs(trained_run):
 
 def test_corrupted_batch_is_stopped_before_any_model_update(trained_run):
     run_dir, k = str(trained_run.root), 2
-    for stage in (select_tasks, rollout, judge, adapt_environment, build_data):
-        stage.fn(run_dir, k)
+    for stage in (select, rollout, judge, adapt, data):
+        stage.run_here(run_dir, k)
     batch = trained_run.stage(k, "data") / "policy.jsonl"
     samples = read_records(batch, TrainingSample) or [
         TrainingSample(prompt_ids=[1, 2], response_ids=[3], advantage=1.0, task_id="x", sample_index=0, step_index=0)]

@@ -9,10 +9,12 @@ import pytest
 
 from flows import routing
 from flows.routing import StageFailed, StageRunner, stage_parameters
-from flows.stage import STAGE_TASKS, run_stage
+from flows.rl_iteration import ITERATION
+from flows.stage import STAGES, run_stage
 from flows.train import prepare_run_dir
 from rla_core.config import ConfigError, config_to_yaml, load_config
-from tasks.paths import STAGES, RunPaths
+from tasks.paths import RunPaths
+from tasks.stage import stage
 from tasks.storage import mark_done, write_text
 
 
@@ -24,40 +26,45 @@ def _run_dir(tmp_path, *overrides: str) -> str:
 
 
 def _local(calls: list):
-    def run(run_dir: str, iteration: int) -> dict:
-        calls.append((run_dir, iteration))
-        return {"where": "here"}
-    return run
+    """Stand-ins for the iteration's stages, under the same names, that record where they ran."""
+    def declare(name: str):
+        def body(paths, cfg, k, out) -> dict:
+            calls.append((str(paths.root), k))
+            return {"where": "here"}
+        body.__name__ = name
+        return stage()(body)
+    return [declare(s.name) for s in ITERATION]
 
 
 def test_without_a_gpu_deployment_every_stage_runs_here(tmp_path, monkeypatch):
     monkeypatch.setattr(routing, "run_routed", lambda *a: pytest.fail("nothing may be routed"))
-    runner = StageRunner.of(_run_dir(tmp_path), 3)
+    runner = StageRunner.of(_run_dir(tmp_path), 3, ITERATION)
     calls: list = []
-    for stage in STAGES:
-        assert runner(stage, _local(calls)) == {"where": "here"}
-    assert runner.routed == frozenset() and calls == [(runner.run_dir, 3)] * len(STAGES)
+    for local in _local(calls):
+        assert runner(local)["where"] == "here"
+    assert runner.routed == frozenset() and calls == [(runner.run_dir, 3)] * len(ITERATION)
 
 
 def test_gpu_stages_go_to_the_deployment_and_the_rest_stay(tmp_path, monkeypatch):
     routed = []
     monkeypatch.setattr(routing, "run_routed", lambda dep, run_dir, k, stage: routed.append((dep, k, stage)) or {})
     run_dir = _run_dir(tmp_path, "orchestration.gpu_deployment=rla-stage/gpu")
-    runner, calls = StageRunner.of(run_dir, 2), []
-    for stage in STAGES:
-        runner(stage, _local(calls))
+    runner, calls = StageRunner.of(run_dir, 2, ITERATION), []
+    locals_ = _local(calls)
+    for local in locals_:
+        runner(local)
     assert routed == [("rla-stage/gpu", 2, s) for s in ("rollout", "judge", "train_policy", "train_judge")]
-    assert len(calls) == len(STAGES) - 4
-    mark_done(RunPaths.of(run_dir).stage(2, "judge"), {})  # resumed: a done stage needs no GPU run
+    assert len(calls) == len(ITERATION) - 4
+    mark_done(RunPaths.of(run_dir).stage(2, "judge"), {"where": "done before"})  # resumed: no GPU run
     routed.clear()
-    runner("judge", _local(calls))
-    assert routed == [] and calls[-1] == (runner.run_dir, 2)
+    assert runner(next(s for s in locals_ if s.name == "judge")) == {"where": "done before", "resumed": True}
+    assert routed == []
 
 
 def test_unknown_gpu_stage_names_the_valid_ones(tmp_path):
     run_dir = _run_dir(tmp_path, "orchestration.gpu_deployment=x/y", "orchestration.gpu_stages=[rollout, rollot]")
     with pytest.raises(ConfigError, match="rollot.*valid.*train_policy"):
-        StageRunner.of(run_dir, 1)
+        StageRunner.of(run_dir, 1, ITERATION)
 
 
 def test_stage_parameters_match_the_stage_flow_signature(tmp_path):
@@ -66,7 +73,7 @@ def test_stage_parameters_match_the_stage_flow_signature(tmp_path):
     assert (params["run_dir"], params["iteration"], params["stage"]) == (run_dir, 4, "judge")
     assert load_config([RunPaths.of(run_dir).config]) == _config_from_text(params["run_config"], tmp_path)
     assert set(params) == set(run_stage.parameters.properties)
-    assert tuple(STAGE_TASKS) == STAGES  # every stage can be routed, under its folder name
+    assert list(STAGES) == [s.name for s in ITERATION]  # every stage can be routed, by its name
 
 
 def _config_from_text(text: str, tmp_path):
@@ -78,7 +85,7 @@ def _config_from_text(text: str, tmp_path):
 def test_stage_flow_writes_the_run_config_on_a_machine_without_the_run(tmp_path, monkeypatch):
     text = RunPaths.of(_run_dir(tmp_path)).config.read_text()
     elsewhere = RunPaths.of(tmp_path / "gpu-host" / "r")
-    monkeypatch.setitem(STAGE_TASKS, "rollout", lambda run_dir, k: {"config_seen": RunPaths.of(run_dir).config.is_file()})
+    monkeypatch.setitem(STAGES, "rollout", lambda run_dir, k: {"config_seen": RunPaths.of(run_dir).config.is_file()})
     assert run_stage.fn(str(elsewhere.root), 1, "rollout", run_config=text) == {"config_seen": True}
     assert elsewhere.config.read_text() == text
     with pytest.raises(ValueError, match="unknown stage 'rollot'; valid"):

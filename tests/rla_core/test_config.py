@@ -1,6 +1,8 @@
 from pathlib import Path
+from typing import get_args
 
 import pytest
+from pydantic import BaseModel
 
 from rla_core.config import Config, ConfigError, load_config
 
@@ -78,3 +80,26 @@ def test_real_model_preset_uses_the_scale_out_backends():
 def test_scale_out_sections_reject_bad_values(override, key):
     with pytest.raises(ConfigError, match=f"config key '{key}'"):
         load_config(None, [override])
+
+
+def _models_in(annotation) -> list[type[BaseModel]]:
+    """The section models an annotation holds: itself, or inside `X | None`, `list[X]`, `dict[str, X]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def _fields(model: type[BaseModel], prefix: str = ""):
+    """(dotted name, FieldInfo) of every field of `model` and, recursively, of its section models."""
+    for name, info in model.model_fields.items():
+        dotted = f"{prefix}{name}"
+        yield dotted, info
+        for section in _models_in(info.annotation):
+            yield from _fields(section, f"{dotted}.")
+
+
+def test_every_config_field_has_a_description():
+    """`rla config` shows each key's description: a field added without one fails here."""
+    fields = dict(_fields(Config))
+    assert "rollout.vllm.weight_sync" in fields and "models.environment.hidden_size" in fields  # recursion works
+    assert [name for name, info in fields.items() if not (info.description or "").strip()] == []

@@ -1,4 +1,5 @@
-"""Step rewards, advantages and training samples, against hand-computed numbers (DESIGN §2.2 6–7)."""
+"""Step rewards, advantages and training samples, against hand-computed numbers (docs/design.md,
+"The formulas", Policy data and Judge data)."""
 from __future__ import annotations
 
 import math

@@ -8,7 +8,7 @@ import pytest
 
 from rla_core.schemas import JudgedStep, JudgeSample, Step, Task, TrainingSample, Trajectory
 from tasks import storage
-from tasks.paths import COMPLETE, STAGES, RunPaths
+from tasks.paths import COMPLETE, RunPaths
 from tasks.storage import (
     DONE_MARKER, done_summary, is_done, mark_done, read_json, read_records, replace_dir, staging_dir,
     write_json, write_records, write_text,
@@ -132,12 +132,20 @@ def test_layout(tmp_path, monkeypatch):
     assert paths.rel(root / "iterations" / "iter_0001" / "adapt") == "iterations/iter_0001/adapt"
 
 
-def test_unknown_stage_lists_valid_ones(tmp_path):
+def test_every_iteration_file_lives_in_the_folder_of_a_declared_stage(tmp_path):
+    from flows.rl_iteration import ITERATION
+
+    it = RunPaths.of(tmp_path).it(3)
+    files = [it.tasks, it.trajectories, it.judged, it.store, it.adapt_report, it.store_diff, it.data,
+             it.batch("policy"), it.batch("judge"), it.gates_report, it.model("policy"), it.model("judge"),
+             it.eval_metrics]
+    names = {s.name for s in ITERATION}
+    assert {f.relative_to(it.root).parts[0] for f in files} <= names
+    assert it.complete == RunPaths.of(tmp_path).iteration(3) / COMPLETE
+
+
+def test_unknown_role_is_named(tmp_path):
     paths = RunPaths.of(tmp_path)
-    with pytest.raises(KeyError) as error:
-        paths.stage(1, "rollouts")
-    message = str(error.value)
-    assert "unknown stage 'rollouts'" in message and all(f"'{name}'" in message for name in STAGES)
     with pytest.raises(KeyError, match="train_critic"):
         paths.model_dir(2, "critic")
 

@@ -19,7 +19,7 @@ from prefect.testing.utilities import prefect_test_harness
 
 from rla_core.config import StorageConfig, load_config
 from tasks.object_store import S3Store, StorageError, needed_folders, s3_client
-from tasks.paths import STAGES, RunPaths
+from tasks.paths import RunPaths
 from tasks.storage import DONE_MARKER, mark_done
 
 
@@ -208,8 +208,10 @@ def s3_run(endpoint, tmp_path_factory):
 
 def test_stage_outputs_and_run_files_are_in_the_bucket(s3_run, endpoint):
     keys = set(_keys(endpoint, "runs/s3micro/"))
-    for stage in STAGES:
-        assert f"runs/s3micro/iterations/iter_0001/{stage}/{DONE_MARKER}" in keys, stage
+    from flows.rl_iteration import ITERATION
+
+    for stage in ITERATION:
+        assert f"runs/s3micro/iterations/iter_0001/{stage.name}/{DONE_MARKER}" in keys, stage.name
     for folder in ("seed", "models/init", "models/bootstrap", "baseline"):
         assert f"runs/s3micro/{folder}/{DONE_MARKER}" in keys, folder
     run_files = ("config.yaml", "mlflow_run_id.txt", "iterations/iter_0001/COMPLETE",
@@ -244,12 +246,12 @@ def test_dvc_pushes_to_s3_and_pulls_back_identical_files(s3_run, endpoint):
 
 def test_resume_from_an_empty_folder_downloads_instead_of_recomputing(s3_run, endpoint, tmp_path, monkeypatch):
     from flows.train import prepare_run_dir, train
-    from tasks import iteration, setup, training, tracking_tasks
+    from tasks import iteration, setup, training
 
     def recomputed(*args, **kwargs):
         raise AssertionError("a completed stage was recomputed instead of downloaded")
 
-    for module, name in ((setup, "supervised_finetune"), (tracking_tasks, "evaluate_models"),
+    for module, name in ((setup, "supervised_finetune"), (training, "evaluate_models"),
                          (iteration, "rollout_tasks"), (training, "get_trainer")):
         monkeypatch.setattr(module, name, recomputed)
     overrides = _overrides(endpoint, tmp_path)
@@ -257,7 +259,7 @@ def test_resume_from_an_empty_folder_downloads_instead_of_recomputing(s3_run, en
     run_dir = prepare_run_dir(load_config(None, overrides))
     fresh = RunPaths.of(run_dir)
     shutil.rmtree(fresh.iteration(1))
-    summary = iteration.rollout.fn(run_dir, 1)
+    summary = iteration.rollout.run_here(run_dir, 1)
     assert summary["resumed"]
     for rel in ("iterations/iter_0001/rollout/trajectories.jsonl", "models/bootstrap/policy/config.json"):
         assert _md5(fresh.root / rel) == _md5(s3_run.root / rel)

@@ -14,7 +14,7 @@ from rla_core.envs.household import HOUSEHOLD
 from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.schemas import Task
 from tasks.paths import RunPaths
-from tasks.setup import generate_tasks, seed_tasks
+from tasks.setup import generate_tasks, seed
 from tasks.storage import read_json, read_records, write_records
 
 KNOBS = {"goal_type": "put", "rooms": 1, "distractors": 0, "closed": 0}
@@ -43,8 +43,8 @@ def test_heldout_file_and_reserved_games_are_never_in_the_seed_store(tmp_path):
     paths = run_folder(tmp_path, **{"environment.heldout_file": tmp_path / "heldout.jsonl",
                                     "environment.reserved_files": f"[{tmp_path / 'dev.jsonl'}]",
                                     "eval.judge_benchmark": tmp_path / "bench.jsonl"})
-    summary = seed_tasks.fn(str(paths.root))
-    assert summary == {"train": 12, "heldout": 30}
+    summary = seed.run_here(str(paths.root))
+    assert (summary["train"], summary["heldout"]) == (12, 30)
     assert read_records(paths.heldout, Task) == heldout
     assert read_records(paths.judge_benchmark, BenchmarkStep) == bench
     reserved = set(read_json(paths.reserved))
@@ -61,10 +61,10 @@ def test_a_bad_task_file_is_named_with_its_line(tmp_path):
     write_records(tmp_path / "heldout.jsonl", [tasks[0], broken, tasks[2]])
     paths = run_folder(tmp_path, **{"environment.heldout_file": tmp_path / "heldout.jsonl"})
     with pytest.raises(SpecError, match=r"heldout\.jsonl:2: task heldout0001.*start_room 'attic'"):
-        seed_tasks.fn(str(paths.root))
+        seed.run_here(str(paths.root))
     missing = run_folder(tmp_path / "m", **{"environment.heldout_file": tmp_path / "nope.jsonl"})
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
-        seed_tasks.fn(str(missing.root))
+        seed.run_here(str(missing.root))
 
 
 def test_shipped_data_is_what_its_manifest_says():

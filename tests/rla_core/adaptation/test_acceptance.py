@@ -1,4 +1,5 @@
-"""Rewrite triggers and the acceptance rule at their boundaries (DESIGN §2.2 steps 4–5)."""
+"""Rewrite triggers and the acceptance rule at their boundaries (docs/design.md, "The formulas",
+Environment adaptation)."""
 from __future__ import annotations
 
 import pytest

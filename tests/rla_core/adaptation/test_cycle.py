@@ -1,5 +1,6 @@
-"""One adaptation cycle (DESIGN §2.2 steps 4–5): validate last iteration's candidates, then propose
-rewrites for rolled-out active tasks outside the band, from the judge's critic feedback.
+"""One adaptation cycle (docs/design.md, "The formulas", Environment adaptation): validate last
+iteration's candidates, then propose rewrites for rolled-out active tasks outside the band, from the
+judge's critic feedback.
 
 Real records, the real TaskStore, and a fake rewriter that records its calls. Band: α_low 0.2, α_high 0.8.
 """

@@ -1,4 +1,5 @@
-"""TaskStore: seed, select, pending/accept/reject as new stores, save/load, diff (DESIGN §2.1)."""
+"""TaskStore: seed, select, pending/accept/reject as new stores, save/load, diff (docs/design.md,
+"The loop", The task store)."""
 from __future__ import annotations
 
 import json

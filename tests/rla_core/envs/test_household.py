@@ -8,10 +8,11 @@ from collections import deque
 
 import pytest
 
+from rla_core.bootstrap import oracle_walk
 from rla_core.envs.base import ENVIRONMENTS, Episode, SpecError, get_environment
-from rla_core.envs.household import HOUSEHOLD, demonstration
+from rla_core.envs.household import HOUSEHOLD
 from rla_core.envs.household.rewriter import classify_feedback
-from rla_core.schemas import NO_ACTION, CriticFeedback, RejectedAction
+from rla_core.schemas import NO_ACTION, CriticFeedback, RejectedAction, Task
 from rla_core.envs.household.world import Layout, State
 
 ENV = HOUSEHOLD
@@ -268,14 +269,20 @@ def test_default_knobs_give_short_plans_and_short_lists():
         assert len(episode.admissible_commands()) <= 15
 
 
-def test_demonstration_labels():
-    episode = ENV.make(ENV.generate({"goal_type": "clean", "rooms": 2}, random.Random(2)))
-    clean = demonstration(episode)
+def test_oracle_walk_labels():
+    """Warm-start demonstrations (`rla_core.bootstrap.oracle_walk`, tested in depth in test_bootstrap.py)."""
+    spec = ENV.generate({"goal_type": "clean", "rooms": 2}, random.Random(2))
+    task = Task(task_id="clean-2", slot_id="clean", spec=spec)
+    clean = oracle_walk(ENV, task, 0.0, random.Random(0))
+    episode = ENV.make(spec)
+    episode.reset()
+    plan = episode.oracle_plan()
+    for step in clean:
+        episode.step(step.commands[step.taken_index - 1])
     assert all(step.good for step in clean) and episode.won
-    assert [s.command for s in clean] == ENV.make(episode_spec := ENV.generate(
-        {"goal_type": "clean", "rooms": 2}, random.Random(2))).oracle_plan()
-    noisy = demonstration(ENV.make(episode_spec), random.Random(1), noise=0.6)
-    assert any(not s.good for s in noisy) and all(s.command in s.admissible for s in noisy)
+    assert [s.commands[s.taken_index - 1] for s in clean] == plan
+    noisy = oracle_walk(ENV, task, 0.6, random.Random(1))
+    assert any(not s.good for s in noisy) and all(1 <= s.taken_index <= len(s.commands) for s in noisy)
 
 
 def rejected(*actions: str) -> CriticFeedback:

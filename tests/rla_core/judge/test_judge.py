@@ -1,4 +1,4 @@
-from rla_core.judge.judge import judge_answer, judge_metrics, parse_verdict, rationale
+from rla_core.judge.judge import judge_answer, judge_metrics, judge_rationale, parse_verdict
 from rla_core.schemas import JudgedStep, JudgeSample
 
 
@@ -20,7 +20,7 @@ def test_last_boxed_wins():
 def test_answers_round_trip_through_the_parser():
     assert parse_verdict(judge_answer(True)) == 1
     assert parse_verdict(judge_answer(False)) == -1
-    assert rationale(judge_answer(False)) == "does not help the goal"
+    assert judge_rationale(judge_answer(False)) == "does not help the goal"
 
 
 def _step(verdicts, good):

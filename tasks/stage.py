@@ -1,0 +1,98 @@
+"""One way to declare a stage: `@stage(...)` on its body.
+
+A stage has one name, its function's: the same string names its folder, its Prefect task and its
+timer metric (`time/<name>_s`). Its retries and timeout are in the declaration. Calling the declared
+stage with (run_dir, iteration) runs it as a Prefect task that
+
+  1. fetches, from the object store, the completed outputs this machine lacks (storage.backend=s3);
+  2. returns the stored summary (with "resumed": True) when the stage's `_DONE` marker exists;
+  3. otherwise runs the body as `body(paths, cfg, iteration, out_dir)`, times it, writes `_DONE` with the
+     body's summary last, and uploads the folder.
+
+Iteration stages write `iterations/iter_k/<name>/`; run stages (seed, warm-start, baseline, the
+evaluation of a checkpoint) write the folder named in their declaration.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal
+
+import torch
+from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
+
+from rla_core.config import Config
+from tasks.object_store import open_store
+from tasks.paths import RunPaths, run_config
+from tasks.storage import done_summary, is_done, mark_done
+
+Body = Callable[[RunPaths, Config, int, Path], dict]
+
+
+@dataclass(frozen=True, eq=False)
+class Stage:
+    name: str
+    body: Body
+    scope: Literal["iteration", "run"] = "iteration"
+    folder: str | None = None  # run stages: the folder under the run root ("{k}" = the iteration argument)
+    retries: int = 0
+    retry_delay_s: float = 0.0
+    timeout_s: float | None = None
+    task: Task = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if (self.scope == "run") != (self.folder is not None):
+            raise ValueError(f"stage {self.name}: a run stage names its folder, an iteration stage does not")
+
+        def entry(run_dir: str, iteration: int = 0) -> dict:
+            return self.run_here(run_dir, iteration)
+
+        entry.__name__ = entry.__qualname__ = self.name  # Prefect's task key: one per stage
+        entry.__doc__ = self.body.__doc__
+        object.__setattr__(self, "task", task(entry, name=self.name, retries=self.retries,
+                                              retry_delay_seconds=self.retry_delay_s, timeout_seconds=self.timeout_s,
+                                              cache_policy=NO_CACHE, persist_result=False))
+
+    def __call__(self, run_dir: str, iteration: int = 0) -> dict:
+        """Run as a Prefect task (inside a flow: a task run named after the stage)."""
+        return self.task(run_dir, iteration)
+
+    def out_dir(self, paths: RunPaths, iteration: int = 0) -> Path:
+        if self.scope == "run":
+            return paths.root / self.folder.format(k=iteration)
+        return paths.stage(iteration, self.name)
+
+    def run_here(self, run_dir: str, iteration: int = 0) -> dict:
+        """Skip when done, else run, time, mark and publish the body (the steps in the module doc)."""
+        paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
+        out = self.out_dir(paths, iteration)
+        store = open_store(cfg, paths.root)
+        if self.scope == "iteration":
+            store.hydrate(iteration)  # this iteration's inputs and the stores/models it starts from
+        elif not is_done(out):
+            store.pull_dir(out)
+        if is_done(out):
+            return {**done_summary(out), "resumed": True}
+        if self.scope == "iteration" and cfg.run.torch_threads:
+            torch.set_num_threads(cfg.run.torch_threads)
+        out.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        summary = self.body(paths, cfg, iteration, out)
+        summary["seconds"] = time.perf_counter() - start
+        mark_done(out, summary)
+        if self.scope == "iteration":
+            store.push_dir(out, run_files_under=paths.iteration(iteration))  # COMPLETE, *.dvc too
+        else:
+            store.push_dir(out)
+        return summary
+
+
+def stage(*, scope: Literal["iteration", "run"] = "iteration", folder: str | None = None, retries: int = 0,
+          retry_delay_s: float = 0.0, timeout_s: float | None = None) -> Callable[[Body], Stage]:
+    """Declare the decorated body as a stage named after the function (see the module doc)."""
+    def declare(body: Body) -> Stage:
+        return Stage(body.__name__, body, scope, folder, retries, retry_delay_s, timeout_s)
+
+    return declare
