@@ -21,7 +21,6 @@ from flows.train import train
 from rla_core.ablation import Row, mean_se, parse_rows
 from rla_core.config import Config, ConfigError, TrackingConfig, load_config
 from tasks.ablation_report import RunResult, read_run, summary_markdown, write_report
-from tasks.paths import RunPaths
 from tasks.storage import is_done
 from tasks.tracking import PARENT_TAG, Tracker
 

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from rla_core.errors import BadValue
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
 SET_HELP = "override one config key, e.g. --set rollout.n=8 (repeatable; `rla config` lists the keys)"
@@ -88,7 +89,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.build_data(args.config or [str(QUICKSTART)], args.overrides, args.out)
     configs = args.config or ([str(QUICKSTART)] if args.command in ("quickstart", "ablation") else [])
     if not configs:
-        raise ValueError(f"rla {args.command} needs --config FILE")
+        raise BadValue(f"rla {args.command} needs --config FILE")
     if args.command == "seed":
         return commands.seed(configs, args.overrides, args.out)
     if args.command == "bootstrap":

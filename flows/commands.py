@@ -6,18 +6,13 @@ import signal
 import subprocess
 import sys
 
-from flows.deploy import CommandFailed
 from rla_core.config import ConfigError, load_config
-from rla_core.envs.base import SpecError
+from rla_core.errors import BadValue, MissingFile, UserError
 from tasks.paths import RunPaths, run_config
 from tasks.storage import done_summary, is_done, write_text
 
-try:
-    from tasks.gates import GateFailed
-except ImportError:  # pragma: no cover - gates module always ships; keeps the CLI importable alone
-    GateFailed = RuntimeError  # type: ignore[misc,assignment]
-
-USER_ERRORS = (ConfigError, SpecError, GateFailed, FileNotFoundError, ValueError, KeyError, CommandFailed)
+# Mistakes a user can fix print as one line; anything else is a bug and keeps its traceback.
+USER_ERRORS = (UserError,)
 
 ROWS = [
     ("held-out success (sampled)", "heldout/success_rate"),
@@ -112,7 +107,7 @@ def run_ablation(configs: list[str], overrides: list[str], seeds: int, rows: str
     load_config(configs, overrides)
     parse_rows(rows)  # bad rows fail before any flow starts
     if seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+        raise BadValue(f"--seeds must be >= 1, got {seeds}")
     from flows.ablation import ablation
 
     result = ablation(configs, overrides, seeds, rows, name)
@@ -182,7 +177,7 @@ def ui(run_dir: str, port: int) -> int:
     paths = RunPaths.of(run_dir)
     db = paths.root / "mlflow.db"
     if not db.is_file():
-        raise FileNotFoundError(f"no MLflow store at {db}; run `rla quickstart` or `rla run` first")
+        raise MissingFile(f"no MLflow store at {db}; run `rla quickstart` or `rla run` first")
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", f"sqlite:///{db}",
            "--host", "127.0.0.1", "--port", str(port)]
     print(f"MLflow UI on {_ui_link(paths, port)}  (Ctrl-C to stop)")

@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from rla_core.errors import BadValue, UserError
 
 REPO = Path(__file__).resolve().parent.parent
 INFRA = REPO / "infra"
@@ -32,7 +33,7 @@ class PrefectNotConfigured(ValueError):
     """No Prefect API URL is set, or nothing answers at it."""
 
 
-class CommandFailed(RuntimeError):
+class CommandFailed(UserError, RuntimeError):
     """A wrapped `prefect …` command exited with an error (its own output says why)."""
 
 
@@ -62,9 +63,9 @@ def pool_commands(missing: set[str], gpu_type: str, gpu_slots: int | None) -> li
     """The commands that create the missing pools and cap the GPU pool at `gpu_slots` concurrent flow
     runs (1 when the pool is created and no value is given; an existing pool keeps its limit)."""
     if gpu_type not in GPU_TEMPLATES:
-        raise ValueError(f"unknown GPU pool type '{gpu_type}'; valid: {list(GPU_TEMPLATES)}")
+        raise BadValue(f"unknown GPU pool type '{gpu_type}'; valid: {list(GPU_TEMPLATES)}")
     if gpu_slots is not None and gpu_slots < 1:
-        raise ValueError(f"--gpu-slots must be >= 1, got {gpu_slots}")
+        raise BadValue(f"--gpu-slots must be >= 1, got {gpu_slots}")
     commands = []
     if CPU_POOL in missing:
         commands.append(prefect_cli("work-pool", "create", CPU_POOL, "--type", "process"))

@@ -10,6 +10,7 @@ from prefect import flow
 from flows.rl_iteration import ITERATION
 from tasks.paths import RunPaths
 from tasks.storage import write_text
+from rla_core.errors import UnknownName
 
 STAGES = {stage.name: stage for stage in ITERATION}  # any stage can be routed, by its name
 
@@ -22,7 +23,7 @@ def run_stage(run_dir: str, iteration: int, stage: str, run_config: str | None =
     stage finds the run's storage and fetches its inputs (storage.backend=s3) before it runs.
     """
     if stage not in STAGES:
-        raise ValueError(f"unknown stage '{stage}'; valid: {list(STAGES)}")
+        raise UnknownName(f"unknown stage '{stage}'; valid: {list(STAGES)}")
     config = RunPaths.of(run_dir).config
     if run_config is not None and not config.is_file():
         write_text(config, run_config)

@@ -11,6 +11,7 @@ from prefect import flow
 
 from flows.rl_iteration import rl_iteration
 from rla_core.config import Config, ConfigError, OrchestrationConfig, config_to_yaml, load_config
+from rla_core.errors import BadValue
 from tasks.object_store import open_store
 from tasks.paths import RunPaths
 from tasks.setup import bootstrap, init_models, seed
@@ -103,7 +104,7 @@ def iterate(config_files: list[str] | None = None, overrides: list[str] | None =
     done = paths.completed_iterations()
     k = iteration or (done[-1] + 1 if done else 1)
     if k > 1 and not paths.is_complete(k - 1):
-        raise ValueError(f"iteration {k} needs iteration {k - 1} complete in {paths.root}; completed: {done}")
+        raise BadValue(f"iteration {k} needs iteration {k - 1} complete in {paths.root}; completed: {done}")
     try:
         metrics = rl_iteration(run_dir, k)
     except Exception:
@@ -123,5 +124,5 @@ def evaluate_run(config_files: list[str] | None = None, overrides: list[str] | N
     if iteration is None:
         iteration = done[-1] if done else 0
     if iteration and iteration not in done:
-        raise ValueError(f"iteration {iteration} is not complete in {paths.root}; completed: {done}")
+        raise BadValue(f"iteration {iteration} is not complete in {paths.root}; completed: {done}")
     return evaluate_checkpoint(str(paths.root), iteration)["metrics"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from rla_core.errors import UnknownName
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def parse_rows(text: str) -> list[Row]:
     keys = [k for k in text.replace(",", "").strip()]
     unknown = sorted(set(keys) - set(ROWS))
     if unknown or not keys:
-        raise ValueError(f"unknown ablation rows {unknown or text!r}; valid: {''.join(ROWS)}")
+        raise UnknownName(f"unknown ablation rows {unknown or text!r}; valid: {''.join(ROWS)}")
     return [ROWS[k] for k in ROWS if k in keys]
 
 

@@ -1,25 +1,61 @@
-"""Atomic file writes shared by every writer of the project (rla_core and tasks alike)."""
+"""Atomic writes, the one helper every writer of the project uses (rla_core and tasks alike): a file or
+a directory is built beside its final place and renamed into it, so a reader sees the old version or
+the new one, never half of one, and a failed write leaves nothing behind."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write to a temp file beside `path`, fsync, then os.replace: readers see old or new, never half.
-
-    The temp file is removed if anything fails; parent directories are created."""
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path` to write into; on success it replaces `path` by rename, on
+    error it is removed. Parent directories are created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        yield Path(temp)
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write `text` atomically (fsync'ed before the rename)."""
+    with atomic_file(path) as temp:
+        with open(temp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_directory(directory: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling directory; on success it replaces `directory` by rename.
+
+    An existing `directory` is moved aside first and removed only after the new one is in place.
+    On error the temporary directory is deleted and `directory` is left as it was.
+    """
+    target = Path(directory).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    backup = None
+    if target.exists():
+        backup = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        os.replace(target, backup / target.name)
+    os.replace(staging, target)
+    if backup is not None:
+        shutil.rmtree(backup, ignore_errors=True)

@@ -64,11 +64,6 @@ def close_engine(role: str) -> None:
         getattr(live.engine, "close", lambda: None)()
 
 
-def close_engines() -> None:
-    for role in list(_LIVE):
-        close_engine(role)
-
-
 def live_roles() -> dict[str, Path]:
     """role → the weights its live engine samples from (for tests and logs)."""
     return {role: live.model_dir for role, live in _LIVE.items()}

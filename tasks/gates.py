@@ -2,9 +2,9 @@
 
 Each gate turns records into a one-row-per-record pandas frame (list fields become derived columns
 such as `n_response` or `max_token`), validates it against an expectation suite in an ephemeral GX
-context, and returns a `GateResult` (JSON-ready, for MLflow). `enforce(result)` raises `GateFailed`
-listing the failed expectations. Held-out task ids must never reach the task store, the rollouts
-or any training batch.
+context, and returns a `GateResult` (JSON-ready, for MLflow); the validate stage raises `GateFailed`
+for a failed one, listing its failed expectations. Held-out task ids must never reach the task store,
+the rollouts or any training batch.
 
 `import great_expectations` costs ~5 s, so it happens once, on the first gate call; the context is
 cached and a gate then takes ~0.1 s for thousands of rows.
@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 from pydantic import BaseModel
 
+from rla_core.errors import UserError
 from rla_core.schemas import Slot, TrainingSample, Trajectory
 from tasks.storage import json_safe
 
@@ -58,7 +59,7 @@ class GateResult(BaseModel):
         return self.model_dump(mode="json")
 
 
-class GateFailed(RuntimeError):
+class GateFailed(UserError, RuntimeError):
     """A data gate failed; `.result` holds the full GateResult."""
 
     def __init__(self, result: GateResult):
@@ -75,13 +76,6 @@ class GateFailed(RuntimeError):
                 detail = f"{outcome.unexpected_count} unexpected, e.g. {outcome.unexpected_sample}"
             lines.append(f"  - {outcome.expectation}{where} {outcome.kwargs}: {detail}")
         super().__init__("\n".join(lines))
-
-
-def enforce(result: GateResult) -> GateResult:
-    """Return the result if the gate passed, else raise GateFailed with the failed expectations."""
-    if not result.success:
-        raise GateFailed(result)
-    return result
 
 
 # --- the gates ----------------------------------------------------------------------------------
@@ -215,12 +209,6 @@ def _batch_suite(
 
 
 # --- GX plumbing --------------------------------------------------------------------------------
-
-
-def warm_up() -> None:
-    """Import GX and build the cached context now (~5 s), e.g. while a flow starts."""
-    _expectations()
-    _batch_definition()
 
 
 @functools.lru_cache(maxsize=1)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from rla_core.config import Config, StorageConfig
+from rla_core.fileio import atomic_file
+from rla_core.registry import Registry
 from tasks.paths import COMPLETE, run_config
 from tasks.storage import DONE_MARKER, done_summary, is_done
 
@@ -128,15 +129,8 @@ class S3Store:
     def download(self, rel: str) -> Path:
         """Fetch one object into the run folder atomically (temp file + rename)."""
         target = self.root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        os.close(handle)
-        try:
-            self.client.download_file(self.bucket, f"{self.base}/{rel}", temp)
-            os.replace(temp, target)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        with atomic_file(target) as temp:
+            self.client.download_file(self.bucket, f"{self.base}/{rel}", str(temp))
         return target
 
     def exists(self, rel: str) -> bool:
@@ -252,7 +246,10 @@ def needed_folders(remote: dict[str, int], iteration: int | None, summary) -> li
     return chosen
 
 
-STORES = {"local", "s3"}
+# storage.backend -> (run root, config) -> store
+STORES: Registry[Callable[[Path, Config], "ObjectStore"]] = Registry("object store", "storage.backend")
+STORES.add("local", lambda root, cfg: LocalStore(root))
+STORES.add("s3", lambda root, cfg: S3Store(root, cfg.storage, cfg.run.name))
 
 
 def open_run_store(run_dir: str | Path) -> ObjectStore:
@@ -272,12 +269,7 @@ def publish(run_dir: str | Path, folder: Path) -> None:
 
 def open_store(cfg: Config, run_dir: str | Path) -> ObjectStore:
     """The object store of a run, chosen by `storage.backend` (local | s3)."""
-    root = Path(run_dir).resolve()
-    if cfg.storage.backend == "local":
-        return LocalStore(root)
-    if cfg.storage.backend == "s3":
-        return S3Store(root, cfg.storage, cfg.run.name)
-    raise ValueError(f"storage.backend '{cfg.storage.backend}' unknown; valid: {sorted(STORES)}")
+    return STORES.get(cfg.storage.backend)(Path(run_dir).resolve(), cfg)
 
 
 def configure_mlflow_s3(storage: StorageConfig) -> None:

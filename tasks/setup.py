@@ -13,6 +13,7 @@ from rla_core.adaptation.store import TaskStore
 from rla_core.bootstrap import balance, judge_pairs, oracle_walk, policy_pairs, rewrite_pairs, walk_feedback
 from rla_core.config import Config, resolve_data_path
 from rla_core.envs.base import EnvironmentFamily, SpecError, get_environment
+from rla_core.errors import BadValue, MissingFile
 from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.models.factory import build_or_load, save_pretrained
 from rla_core.models.tokenizer import train_tokenizer
@@ -58,11 +59,11 @@ def load_task_file(path: str, family: EnvironmentFamily, horizon: int) -> list[T
     """Tasks of a shipped task file, each re-validated for this environment and horizon."""
     resolved = resolve_data_path(path)
     if not resolved.is_file():
-        raise FileNotFoundError(f"task file not found: {path} (looked at {resolved})")
+        raise MissingFile(f"task file not found: {path} (looked at {resolved})")
     tasks = read_records(resolved, Task)
     for line, task in enumerate(tasks, start=1):
         if task.env != family.name:
-            raise ValueError(f"{resolved}:{line}: task {task.task_id} is for '{task.env}', not '{family.name}'")
+            raise BadValue(f"{resolved}:{line}: task {task.task_id} is for '{task.env}', not '{family.name}'")
         try:
             family.validate(task.spec, horizon)
         except SpecError as err:
@@ -73,7 +74,7 @@ def load_task_file(path: str, family: EnvironmentFamily, horizon: int) -> list[T
 def load_benchmark_file(path: str) -> list[BenchmarkStep]:
     resolved = resolve_data_path(path)
     if not resolved.is_file():
-        raise FileNotFoundError(f"judge benchmark not found: {path} (looked at {resolved})")
+        raise MissingFile(f"judge benchmark not found: {path} (looked at {resolved})")
     return read_records(resolved, BenchmarkStep)
 
 

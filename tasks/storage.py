@@ -1,15 +1,9 @@
-"""Atomic reads and writes of stage outputs (local filesystem; an S3 backend can be added later).
-
-Every artifact is written to a temporary sibling and renamed into place, so a reader never sees a
-half-written file and an interrupted stage leaves either nothing or the complete output.
-"""
+"""Reads and writes of stage outputs and their `_DONE` markers, atomic through rla_core.fileio: an
+interrupted stage leaves either nothing or the complete output (tasks/object_store.py copies them to S3)."""
 from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, TypeVar
 
@@ -42,28 +36,6 @@ def write_records(path: str | Path, records: Iterable[BaseModel]) -> Path:
 def read_records(path: str | Path, record_type: type[RecordT]) -> list[RecordT]:
     text = Path(path).read_text()
     return [record_type.model_validate_json(line) for line in text.splitlines() if line.strip()]
-
-
-def replace_dir(src: str | Path, dst: str | Path) -> Path:
-    """Move a fully written directory into place, replacing any previous one."""
-    src, dst = Path(src), Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists():
-        trash = dst.with_name(f".{dst.name}.old")
-        shutil.rmtree(trash, ignore_errors=True)
-        os.replace(dst, trash)
-        os.replace(src, dst)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(src, dst)
-    return dst
-
-
-def staging_dir(final: str | Path) -> Path:
-    """A fresh temporary directory beside `final`, to be moved into place with replace_dir."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
 
 
 def mark_done(stage_dir: str | Path, summary: dict | None = None) -> Path:

@@ -16,9 +16,8 @@ import logging
 import os
 import re
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 # Quiet and offline before mlflow is imported: no telemetry thread, no progress bars, warnings only.
 for _key, _value in {
@@ -35,6 +34,7 @@ from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 
 from rla_core.config import Config, TrackingConfig, config_to_yaml  # noqa: E402
+from rla_core.errors import BadValue
 from tasks import storage  # noqa: E402
 from tasks.storage import json_safe  # noqa: E402
 
@@ -238,20 +238,6 @@ class Tracker:
         for run_id in targets:
             self.client.log_batch(run_id, metrics=batch)
 
-    def log_stage_time(self, stage: str, seconds: float, iteration: int) -> None:
-        self.log_metrics({f"time/{stage}_s": seconds}, step=iteration, iteration=iteration)
-
-    @contextmanager
-    def timed(self, stage: str, iteration: int) -> Iterator[None]:
-        """`with tracker.timed("rollout", i): ...` logs `time/rollout_s` when the block succeeds."""
-        start = time.perf_counter()
-        yield
-        self.log_stage_time(stage, time.perf_counter() - start, iteration)
-
-    def set_tags(self, tags: Mapping[str, Any], iteration: int | None = None) -> None:
-        run_id = self._target(iteration)
-        self.client.log_batch(run_id, tags=[RunTag(key, str(value)) for key, value in tags.items()])
-
     def log_artifact(self, path: str | Path, artifact_path: str | None = None, iteration: int | None = None) -> None:
         """A file or a whole directory, under `artifact_path` of the parent (or iteration) run."""
         path = Path(path)
@@ -359,5 +345,5 @@ def _client_and_run(run: str | Path, tracking_uri: str | None) -> tuple[MlflowCl
         uri = tracking_uri or default_tracking_uri(path)
         return MlflowClient(uri, uri), (path / RUN_ID_FILE).read_text().strip()
     if tracking_uri is None:
-        raise ValueError(f"{run!s}: not a run folder with {RUN_ID_FILE}; pass tracking_uri with a run id")
+        raise BadValue(f"{run!s}: not a run folder with {RUN_ID_FILE}; pass tracking_uri with a run id")
     return MlflowClient(tracking_uri, tracking_uri), str(run)

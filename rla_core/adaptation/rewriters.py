@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from rla_core.envs.base import EnvironmentFamily, SpecError
 from rla_core.schemas import CriticFeedback, Direction, Task
+from rla_core.registry import Registry
 
 Generate = Callable[[list[str]], list[str]]
 PromptMode = Literal["compact", "full"]
@@ -253,13 +254,11 @@ def _make_llm(generate: Generate | None = None, prompt_mode: PromptMode = "compa
     return LLMRewriter(generate, prompt_mode=prompt_mode)
 
 
-REWRITERS: dict[str, Callable[..., Rewriter]] = {"procedural": _make_procedural, "llm": _make_llm}
+REWRITERS: Registry[Callable[..., Rewriter]] = Registry("rewriter", "environment.rewriter")
+REWRITERS.add("procedural", _make_procedural)
+REWRITERS.add("llm", _make_llm)
 
 
 def get_rewriter(name: str, generate: Generate | None = None, prompt_mode: PromptMode = "compact") -> Rewriter:
     """The rewriter registered as `name`; `generate` (and `prompt_mode`) are for "llm", ignored otherwise."""
-    try:
-        factory = REWRITERS[name]
-    except KeyError:
-        raise KeyError(f"unknown rewriter '{name}'; valid: {sorted(REWRITERS)}") from None
-    return factory(generate=generate, prompt_mode=prompt_mode)
+    return REWRITERS.get(name)(generate=generate, prompt_mode=prompt_mode)

@@ -10,10 +10,12 @@ import random
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from rla_core.errors import UserError
+from rla_core.registry import Registry
 from rla_core.schemas import CriticFeedback
 
 
-class SpecError(ValueError):
+class SpecError(UserError, ValueError):
     """A task spec fails structural validation (schema, references, solvability)."""
 
 
@@ -110,19 +112,13 @@ class EnvironmentFamily(Protocol):
         """
 
 
-ENVIRONMENTS: dict[str, EnvironmentFamily] = {}
+ENVIRONMENTS: Registry[EnvironmentFamily] = Registry("environment", "environment.name",
+                                                   {"household": "rla_core.envs.household"})
 
 
 def register_environment(family: EnvironmentFamily) -> EnvironmentFamily:
-    ENVIRONMENTS[family.name] = family
-    return family
+    return ENVIRONMENTS.add(family.name, family)
 
 
 def get_environment(name: str) -> EnvironmentFamily:
-    if name not in ENVIRONMENTS:
-        # Import built-ins lazily so that registering happens on first use.
-        from rla_core.envs import household  # noqa: F401
-    try:
-        return ENVIRONMENTS[name]
-    except KeyError:
-        raise KeyError(f"unknown environment '{name}'; valid: {sorted(ENVIRONMENTS)}") from None
+    return ENVIRONMENTS.get(name)

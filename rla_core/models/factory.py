@@ -5,18 +5,15 @@ is then renamed into place, so a crash never leaves a half-written model where a
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rla_core.config import ModelSpec
+from rla_core.fileio import atomic_directory
 
 _ARCHS = ("qwen2", "llama")
 
@@ -65,30 +62,6 @@ def build_model(spec: ModelSpec, tokenizer: PreTrainedTokenizerBase, seed: int) 
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
-
-
-@contextlib.contextmanager
-def atomic_directory(directory: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary sibling directory; on success it replaces `directory` by rename.
-
-    An existing `directory` is moved aside first and removed only after the new one is in place.
-    On error the temporary directory is deleted and `directory` is left as it was.
-    """
-    target = Path(directory).resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    backup = None
-    if target.exists():
-        backup = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        os.replace(target, backup / target.name)
-    os.replace(staging, target)
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
 
 
 def save_pretrained(

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from rla_core.registry import Registry
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -35,28 +37,16 @@ class RolloutEngine(Protocol):
         """Make the engine sample from new weights (after a training update)."""
 
 
-ENGINES: dict[str, Callable[..., RolloutEngine]] = {}
+# Built-in backends are imported on first use, so that heavy engines load only when asked for.
+ENGINES: Registry[Callable[..., RolloutEngine]] = Registry(
+    "rollout backend", "rollout.backend",
+    {"transformers": "rla_core.rollout.hf_engine", "vllm": "rla_core.rollout.vllm_engine"})
 
 
 def register_engine(name: str) -> Callable[[Callable[..., RolloutEngine]], Callable[..., RolloutEngine]]:
-    def wrap(factory: Callable[..., RolloutEngine]) -> Callable[..., RolloutEngine]:
-        ENGINES[name] = factory
-        return factory
-
-    return wrap
-
-
-# Built-in backends, imported on first use so that heavy engines load only when asked for.
-_BUILTIN = {"transformers": "rla_core.rollout.hf_engine", "vllm": "rla_core.rollout.vllm_engine"}
+    return ENGINES.register(name)
 
 
 def get_engine(name: str) -> Callable[..., RolloutEngine]:
     """The engine factory registered as `name`; the error lists the valid names."""
-    if name not in ENGINES and name in _BUILTIN:
-        import importlib
-
-        importlib.import_module(_BUILTIN[name])  # registers `name`
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise KeyError(f"unknown rollout backend '{name}'; valid: {sorted(set(ENGINES) | set(_BUILTIN))}") from None
+    return ENGINES.get(name)

@@ -8,7 +8,6 @@ on first use, so importing this module stays light.
 """
 from __future__ import annotations
 
-import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from rla_core.config import TrainConfig
+from rla_core.registry import Registry
 from rla_core.schemas import TrainingSample
 
 if TYPE_CHECKING:
@@ -26,11 +26,6 @@ if TYPE_CHECKING:
 # `clipped_policy_loss` returns; `train` reports their means over the optimizer steps.
 LOSS_METRICS = ("loss", "pg_loss", "kl", "clip_fraction", "ratio_mean")
 
-# name → module that registers it; imported lazily so heavy engines load only when chosen.
-_BUILTIN_MODULES = {
-    "torch": "rla_core.training.torch_backend",
-    "deepspeed": "rla_core.training.deepspeed_backend",
-}
 
 
 class Trainer(ABC):
@@ -68,26 +63,17 @@ class Trainer(ABC):
         """Restore the optimiser state written by `save` (its optimizer.pt)."""
 
 
-TRAINERS: dict[str, type[Trainer]] = {}
+# Built-in backends are imported on first use, so that DeepSpeed loads only when chosen.
+TRAINERS: Registry[type[Trainer]] = Registry(
+    "trainer backend", "train.backend",
+    {"torch": "rla_core.training.torch_backend", "deepspeed": "rla_core.training.deepspeed_backend"})
 
 
 def register_trainer(name: str) -> Callable[[type[Trainer]], type[Trainer]]:
     """Class decorator: make a Trainer subclass available as `get_trainer(name)`."""
-
-    def decorate(cls: type[Trainer]) -> type[Trainer]:
-        if name in TRAINERS and TRAINERS[name] is not cls:
-            raise ValueError(f"trainer backend '{name}' is already registered by {TRAINERS[name]}")
-        TRAINERS[name] = cls
-        return cls
-
-    return decorate
+    return TRAINERS.register(name)
 
 
 def get_trainer(name: str) -> type[Trainer]:
     """The Trainer class registered as `name`; the error lists every valid name."""
-    if name not in TRAINERS and name in _BUILTIN_MODULES:
-        importlib.import_module(_BUILTIN_MODULES[name])
-    if name not in TRAINERS:
-        valid = sorted(set(TRAINERS) | set(_BUILTIN_MODULES))
-        raise KeyError(f"unknown trainer backend '{name}' (train.backend); valid: {valid}")
-    return TRAINERS[name]
+    return TRAINERS.get(name)

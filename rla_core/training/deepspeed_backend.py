@@ -32,7 +32,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from rla_core.config import TrainConfig
-from rla_core.models.factory import atomic_directory
+from rla_core.fileio import atomic_directory
 from rla_core.schemas import TrainingSample
 from rla_core.training.base import LOSS_METRICS, Trainer, register_trainer
 from rla_core.training.batching import length_sorted_chunks, model_pad_id, response_logprobs

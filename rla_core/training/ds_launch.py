@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rla_core.config import DeepSpeedConfig
+from rla_core.fileio import atomic_write_text
 
 # Launcher-owned variables: a parent that ran an in-process rank must not leak its own into children.
 _RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -108,9 +109,7 @@ def main(argv: list[str]) -> None:
     result = resolve_target(target)(payload)
     rank = int(os.environ.get("RANK", "0"))
     out = Path(payload["out_dir"]) / f"rank-{rank}.json"
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, out)
+    atomic_write_text(out, json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
 from rla_core.config import TrainConfig
-from rla_core.models.factory import atomic_directory
+from rla_core.fileio import atomic_directory
 from rla_core.schemas import TrainingSample
 from rla_core.training.base import LOSS_METRICS, Trainer, register_trainer
 from rla_core.training.batching import (

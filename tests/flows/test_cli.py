@@ -63,3 +63,24 @@ def test_sigterm_stops_like_ctrl_c_and_leaves_no_prefect_server(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_user_errors_are_one_line_and_bugs_keep_their_traceback(capsys, monkeypatch):
+    import pytest
+
+    from flows import cli
+    from rla_core.errors import BadValue
+
+    def user_mistake(args):
+        raise BadValue("iteration 7 needs iteration 6 complete")
+
+    monkeypatch.setattr(cli, "_dispatch", user_mistake)
+    assert main(["eval"]) == 2
+    assert capsys.readouterr().err.strip() == "rla: error: iteration 7 needs iteration 6 complete"
+
+    def bug(args):
+        raise KeyError("slot_id")  # a programming error must not pass for a user error
+
+    monkeypatch.setattr(cli, "_dispatch", bug)
+    with pytest.raises(KeyError, match="slot_id"):
+        main(["eval"])

@@ -48,7 +48,8 @@ def model_dirs(tmp_path):
         dirs.append(path)
     EVENTS.clear()
     yield dirs
-    engines.close_engines()
+    for role in list(engines.live_roles()):
+        engines.close_engine(role)
 
 
 def _first_weight(engine) -> torch.Tensor:
@@ -77,7 +78,8 @@ def test_another_run_or_engine_config_replaces_and_closes_the_engine(model_dirs,
     assert second is not first and ("close", 0) in EVENTS
     third, _ = engines.engine_for(cfg, tmp_path / "run-b", "policy", model_dirs[0], 16)
     assert third is not second and ("close", 1) in EVENTS
-    engines.close_engines()
+    for role in list(engines.live_roles()):
+        engines.close_engine(role)
     assert engines.live_roles() == {} and ("close", 2) in EVENTS
 
 

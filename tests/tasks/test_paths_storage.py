@@ -7,10 +7,10 @@ import os
 import pytest
 
 from rla_core.schemas import JudgedStep, JudgeSample, Step, Task, TrainingSample, Trajectory
-from tasks import storage
+from rla_core import fileio
 from tasks.paths import COMPLETE, RunPaths
 from tasks.storage import (
-    DONE_MARKER, done_summary, is_done, mark_done, read_json, read_records, replace_dir, staging_dir,
+    DONE_MARKER, done_summary, is_done, mark_done, read_json, read_records,
     write_json, write_records, write_text,
 )
 
@@ -36,7 +36,7 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     def broken_replace(src, dst):
         raise OSError("disk gone")
 
-    monkeypatch.setattr(storage.os, "replace", broken_replace)
+    monkeypatch.setattr(fileio.os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk gone"):
         write_text(path, "new")
     monkeypatch.undo()
@@ -86,22 +86,6 @@ def test_records_round_trip_nested_schemas_and_empty_lists(tmp_path):
         assert read_records(write_records(tmp_path / "r.jsonl", records), kind) == records
     empty = write_records(tmp_path / "empty.jsonl", [])
     assert empty.read_text() == "" and read_records(empty, Task) == []
-
-
-def test_replace_dir_swaps_a_directory(tmp_path):
-    dst = tmp_path / "out" / "store"
-    first = tmp_path / "first"
-    first.mkdir()
-    (first / "a.txt").write_text("1")
-    assert replace_dir(first, dst) == dst  # no previous directory: a plain move (parents created)
-    assert listing(dst) == ["a.txt"] and not first.exists()
-
-    second = staging_dir(dst)
-    assert second.parent == dst.parent and second.name.startswith(".store.")
-    (second / "b.txt").write_text("2")
-    replace_dir(second, dst)
-    assert listing(dst) == ["b.txt"] and (dst / "b.txt").read_text() == "2"
-    assert listing(dst.parent) == ["store"]  # neither the staging folder nor the old one is left
 
 
 def test_done_marker(tmp_path):
@@ -192,3 +176,15 @@ def test_completed_iterations_need_the_complete_marker(tmp_path):
     (paths.root / "iterations" / "iter_0004").write_text("a file, not an iteration")
     assert paths.completed_iterations() == [1, 3, 10]  # numeric order
     assert paths.is_complete(3) and not paths.is_complete(2) and not paths.is_complete(4)
+
+
+def test_object_stores_use_the_same_registry():
+    from rla_core.config import load_config
+    from rla_core.errors import UnknownName
+    from tasks.object_store import STORES, LocalStore, open_store
+
+    assert STORES.names() == ["local", "s3"]
+    assert isinstance(open_store(load_config(None, []), "/tmp/x"), LocalStore)
+    with pytest.raises(UnknownName, match="storage.backend"):
+        STORES.get("ftp")
+

@@ -88,9 +88,7 @@ def test_resume_reattaches_parent_and_iteration_runs(tmp_path, shared_uri):
 
 def test_stage_times_and_artifacts(tmp_path, shared_uri):
     tracker = Tracker(tmp_path / "times", TrackingConfig(mlflow_uri=shared_uri, experiment="times"))
-    with tracker.timed("rollout", iteration=1):
-        pass
-    tracker.log_stage_time("judge", 1.5, iteration=1)
+    tracker.log_metrics({"time/rollout_s": 0.2, "time/judge_s": 1.5}, step=1, iteration=1)  # IterationLog's timers
     tracker.log_dict({"success": False, "advantage": math.nan, "max": math.inf}, "gates/policy.json", iteration=1)
     tracker.log_text("hello\n", "samples/iter_0001.txt", iteration=1)
     (tmp_path / "report.json").write_text("{}")

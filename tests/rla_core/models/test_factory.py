@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from rla_core.config import ModelSpec
+from rla_core.fileio import atomic_directory
 from rla_core.models.factory import (
-    atomic_directory,
     build_model,
     build_or_load,
     load_pretrained,
