@@ -7,10 +7,11 @@ from prefect import flow
 
 from flows.routing import StageRunner
 from tasks.commit import commit
+from tasks.evaluation import evaluate
 from tasks.iteration import adapt, data, judge, rollout, select
 from tasks.stage import Stage
 from tasks.tracking_tasks import IterationLog
-from tasks.training import evaluate, train_judge, train_policy
+from tasks.training import train_judge, train_policy
 from tasks.validate import validate
 
 # validate raises on a failed gate (after logging its report), so no model is updated on bad data.

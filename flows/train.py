@@ -17,7 +17,7 @@ from tasks.paths import RunPaths
 from tasks.setup import bootstrap, init_models, seed
 from tasks.storage import done_summary, write_text
 from tasks.tracking_tasks import close_training_run, log_baseline, open_training_run
-from tasks.training import baseline, evaluate_checkpoint
+from tasks.evaluation import baseline, evaluate_checkpoint
 
 
 def _identity(cfg: Config) -> Config:

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rla_core.adaptation.rewriters import build_rewrite_prompt, generator_answer
+from rla_core.adaptation.rewriters import build_rewrite_prompt, generator_answer, spec_hash
 from rla_core.envs.base import EnvironmentFamily, SpecError
 from rla_core.judge.judge import BAD_RATIONALE, judge_answer, judge_prompt
 from rla_core.rollout.prompts import Turn, policy_answer, policy_prompt
@@ -115,3 +115,20 @@ def walk_feedback(walk: Sequence[WalkStep]) -> CriticFeedback:
     actions = [RejectedAction(action=a, count=c, runs=1, rationale=BAD_RATIONALE) for a, c in bad.most_common(8)]
     return CriticFeedback(trajectories=1, failed=1, rejected_steps=sum(bad.values()), actions=actions,
                           omitted=max(len(bad) - 8, 0))
+
+
+def generate_tasks(family: EnvironmentFamily, knobs: dict, count: int, rng: random.Random, prefix: str,
+                   exclude: set[str], horizon: int | None = None) -> list[Task]:
+    """`count` valid tasks, playable within `horizon` turns, whose games (content hashes) differ from
+    each other and from `exclude`."""
+    tasks, seen = [], set(exclude)
+    while len(tasks) < count:
+        spec = family.validate(family.generate(knobs, rng, horizon=horizon), horizon)
+        content = family.content_hash(spec)
+        if content in seen:
+            continue
+        seen.add(content)
+        slot = f"{prefix}{len(tasks):04d}"
+        tasks.append(Task(task_id=f"{slot}-v0-{spec_hash(spec)}", slot_id=slot, env=family.name, spec=spec,
+                          difficulty=family.difficulty(spec)))
+    return tasks

@@ -17,6 +17,7 @@ import hashlib
 import random
 from pathlib import Path
 
+from rla_core.bootstrap import generate_tasks
 from rla_core.config import Config
 from rla_core.envs.base import get_environment
 from rla_core.judge.benchmark import (
@@ -28,9 +29,8 @@ from rla_core.judge.benchmark import (
     steps_of_trajectory,
 )
 from rla_core.schemas import Task
-from tasks.iteration import rollout_tasks
+from tasks.engines import rollout_tasks
 from tasks.paths import RunPaths
-from tasks.setup import generate_tasks
 from tasks.storage import read_records, write_json, write_records
 
 SPLITS = {"heldout": 400, "dev": 200}  # tasks per split

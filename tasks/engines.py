@@ -6,6 +6,10 @@ rebuild fallback inside the engine) instead of building a new one every iteratio
 stage the live engines are put to sleep, so they give their GPU memory to the trainer
 (rollout.vllm.weight_sync = sleep_wake; a no-op otherwise). The transformers engine costs nothing
 to build and holds nothing: it is built per call and never cached.
+
+`rollout_tasks` and `judge_all` play tasks with the policy and judge steps with the judge through
+these engines; every stage that samples from a model (rollout, judge, evaluation, warm-start, data
+build) goes through them.
 """
 from __future__ import annotations
 
@@ -14,8 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from rla_core.config import Config
-from rla_core.rollout.base import RolloutEngine, get_engine
-from tasks.common import load_model
+from rla_core.envs.base import get_environment
+from rla_core.judge.judge import judge_trajectories
+from rla_core.rollout.base import RolloutEngine, SamplingParams, get_engine
+from rla_core.rollout.runner import play
+from rla_core.schemas import JudgedStep, Task, Trajectory
+from tasks.common import load_model, progress_bar
+from tasks.paths import RunPaths
 
 
 @dataclass
@@ -67,3 +76,26 @@ def close_engine(role: str) -> None:
 def live_roles() -> dict[str, Path]:
     """role → the weights its live engine samples from (for tests and logs)."""
     return {role: live.model_dir for role, live in _LIVE.items()}
+
+
+def rollout_tasks(paths: RunPaths, cfg: Config, tasks: list[Task], model_dir: Path, n: int,
+                  temperature: float, seed: int, desc: str) -> tuple[list[Trajectory], dict[str, float]]:
+    """N episodes of every task with the policy in `model_dir`, all generated together per turn."""
+    engine, tokenizer = engine_for(cfg, paths.root, "policy", model_dir, cfg.rollout.batch_size)
+    jobs = [(t, j) for t in tasks for j in range(n)]
+    params = SamplingParams(cfg.rollout.max_new_tokens, temperature, seed)
+    with progress_bar(len(jobs), desc) as bar:
+        return play(engine, tokenizer, get_environment(cfg.environment.name), jobs, params,
+                    cfg.rollout.max_steps, cfg.rollout.history_turns, progress=bar.update)
+
+
+def judge_all(paths: RunPaths, cfg: Config, trajectories: list[Trajectory], model_dir: Path, seed: int,
+              desc: str, m: int | None = None) -> tuple[list[JudgedStep], dict[str, float]]:
+    """m (default judge.m) judge samples of every step of every trajectory."""
+    m = m or cfg.judge.m
+    engine, tokenizer = engine_for(cfg, paths.root, "judge", model_dir, cfg.judge.batch_size)
+    params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
+    total = sum(len(t.steps) for t in trajectories) * m
+    with progress_bar(total, desc, unit="verdict") as bar:
+        return judge_trajectories(engine, tokenizer, trajectories, m, params,
+                                  cfg.rollout.history_turns, progress=bar.update)

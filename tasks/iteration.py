@@ -13,14 +13,10 @@ from rla_core.adaptation.cycle import AdaptReport, trainable
 from rla_core.adaptation.cycle import adapt as adapt_store
 from rla_core.adaptation.store import TaskStore
 from rla_core.config import Config
-from rla_core.envs.base import get_environment
-from rla_core.judge.judge import judge_trajectories
 from rla_core.rewards import judge_samples, policy_samples
-from rla_core.rollout.base import SamplingParams
-from rla_core.rollout.runner import play
-from rla_core.schemas import JudgedStep, Task, TrainingSample, Trajectory
-from tasks.common import progress_bar, stage_seed
-from tasks.engines import engine_for
+from rla_core.schemas import JudgedStep, Task, Trajectory
+from tasks.common import stage_seed
+from tasks.engines import judge_all, rollout_tasks
 from tasks.paths import RunPaths
 from tasks.rewriting import make_rewrite
 from tasks.stage import stage
@@ -37,17 +33,6 @@ def select(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     return {"tasks": len(tasks), "candidates": sum(t.task_id in pending for t in tasks)}
 
 
-def rollout_tasks(paths: RunPaths, cfg: Config, tasks: list[Task], model_dir: Path, n: int,
-                  temperature: float, seed: int, desc: str) -> tuple[list[Trajectory], dict[str, float]]:
-    """N episodes of every task with the policy in `model_dir`, all generated together per turn."""
-    engine, tokenizer = engine_for(cfg, paths.root, "policy", model_dir, cfg.rollout.batch_size)
-    jobs = [(t, j) for t in tasks for j in range(n)]
-    params = SamplingParams(cfg.rollout.max_new_tokens, temperature, seed)
-    with progress_bar(len(jobs), desc) as bar:
-        return play(engine, tokenizer, get_environment(cfg.environment.name), jobs, params,
-                    cfg.rollout.max_steps, cfg.rollout.history_turns, progress=bar.update)
-
-
 @stage()
 def rollout(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """N episodes of every selected task at the policy's temperature."""
@@ -56,18 +41,6 @@ def rollout(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
                                           cfg.rollout.temperature, stage_seed(cfg, k, "rollout"), f"rollout {k}")
     write_records(paths.it(k).trajectories, trajectories)
     return {"metrics": {f"train/{name}": value for name, value in metrics.items()}}
-
-
-def judge_all(paths: RunPaths, cfg: Config, trajectories: list[Trajectory], model_dir: Path, seed: int,
-              desc: str, m: int | None = None) -> tuple[list[JudgedStep], dict[str, float]]:
-    """m (default judge.m) judge samples of every step of every trajectory."""
-    m = m or cfg.judge.m
-    engine, tokenizer = engine_for(cfg, paths.root, "judge", model_dir, cfg.judge.batch_size)
-    params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
-    total = sum(len(t.steps) for t in trajectories) * m
-    with progress_bar(total, desc, unit="verdict") as bar:
-        return judge_trajectories(engine, tokenizer, trajectories, m, params,
-                                  cfg.rollout.history_turns, progress=bar.update)
 
 
 @stage()
@@ -113,7 +86,3 @@ def data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 
 def read_adapt_report(paths: RunPaths, k: int) -> AdaptReport:
     return AdaptReport.model_validate_json(paths.it(k).adapt_report.read_text())
-
-
-def load_batch(paths: RunPaths, k: int, role: str) -> list[TrainingSample]:
-    return read_records(paths.it(k).batch(role), TrainingSample)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rla_core.adaptation.critic import critic_feedback
-from rla_core.adaptation.rewriters import spec_hash
 from rla_core.adaptation.store import TaskStore
-from rla_core.bootstrap import balance, judge_pairs, oracle_walk, policy_pairs, rewrite_pairs, walk_feedback
+from rla_core.bootstrap import (balance, generate_tasks, judge_pairs, oracle_walk, policy_pairs, rewrite_pairs,
+                                walk_feedback)
 from rla_core.config import Config, resolve_data_path
 from rla_core.envs.base import EnvironmentFamily, SpecError, get_environment
 from rla_core.errors import BadValue, MissingFile
@@ -20,13 +20,16 @@ from rla_core.models.tokenizer import train_tokenizer
 from rla_core.schemas import CriticFeedback, JudgedStep, Task, Trajectory
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, stage_seed
-from tasks.iteration import judge_all, rollout_tasks
+from tasks.engines import judge_all, rollout_tasks
 from tasks.paths import RunPaths
 from tasks.stage import stage
 from tasks.storage import read_json, read_records, write_json, write_records
 
 WALK_NOISE = 0.25  # random actions in policy demonstrations, so the policy sees recovery states
-REWRITE_CORPUS_TASKS = 50  # tasks whose compact rewrite prompts + answers join the tokenizer corpus
+# Tokenizer corpus: policy and judge prompts of noisy oracle walks, generated task specs, and compact
+# rewrite prompts with their answers (whatever the rewriter, so the tokenizer never depends on it).
+CORPUS_WALKS, CORPUS_WALK_NOISE, CORPUS_SPECS = 200, 0.5, 50
+REWRITE_CORPUS_TASKS = 50
 # Environment-model warm-start: episodes per task (temperature 1), judge samples per step, and
 # procedural rewrites per task and direction.
 ENV_EPISODES, ENV_JUDGE_M, ENV_DRAWS = 4, 2, 2
@@ -36,23 +39,6 @@ ENV_EPISODES, ENV_JUDGE_M, ENV_DRAWS = 4, 2, 2
 class Pair:
     prompt_ids: list[int]
     response_ids: list[int]
-
-
-def generate_tasks(family: EnvironmentFamily, knobs: dict, count: int, rng: random.Random, prefix: str,
-                   exclude: set[str], horizon: int | None = None) -> list[Task]:
-    """`count` valid tasks, playable within `horizon` turns, whose games (content hashes) differ from
-    each other and from `exclude`."""
-    tasks, seen = [], set(exclude)
-    while len(tasks) < count:
-        spec = family.validate(family.generate(knobs, rng, horizon=horizon), horizon)
-        content = family.content_hash(spec)
-        if content in seen:
-            continue
-        seen.add(content)
-        slot = f"{prefix}{len(tasks):04d}"
-        tasks.append(Task(task_id=f"{slot}-v0-{spec_hash(spec)}", slot_id=slot, env=family.name, spec=spec,
-                          difficulty=family.difficulty(spec)))
-    return tasks
 
 
 def load_task_file(path: str, family: EnvironmentFamily, horizon: int) -> list[Task]:
@@ -127,7 +113,7 @@ def rewrite_corpus(cfg: Config, paths: RunPaths, count: int) -> list[str]:
     rng = random.Random(f"{cfg.run.seed}/rewrite-corpus")
     tasks = generate_tasks(family, cfg.environment.knobs, count, rng, "corpus", set(read_json(paths.reserved)),
                            horizon)
-    items = [(t, walk_feedback(oracle_walk(family, t, 0.5, rng))) for t in tasks]
+    items = [(t, walk_feedback(oracle_walk(family, t, CORPUS_WALK_NOISE, rng))) for t in tasks]
     return [prompt + answer for prompt, answer in rewrite_pairs(family, items, 1, rng, horizon)]
 
 
@@ -135,11 +121,11 @@ def rewrite_corpus(cfg: Config, paths: RunPaths, count: int) -> list[str]:
 def init_models(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Train the tokenizer on game text (and rewrite prompts), build the tiny policy, judge and
     environment models."""
-    walks = demo_walks(cfg, paths, 200, 0.5, "corpus")
+    walks = demo_walks(cfg, paths, CORPUS_WALKS, CORPUS_WALK_NOISE, "corpus")
     keep = cfg.rollout.history_turns
     texts = [p + t for p, t in policy_pairs(walks, keep) + judge_pairs(walks, keep)]
     family = get_environment(cfg.environment.name)
-    texts += [json.dumps(family.generate(cfg.environment.knobs, random.Random(i))) for i in range(50)]
+    texts += [json.dumps(family.generate(cfg.environment.knobs, random.Random(i))) for i in range(CORPUS_SPECS)]
     texts += rewrite_corpus(cfg, paths, REWRITE_CORPUS_TASKS)
     tokenizer = train_tokenizer(texts, cfg.models.vocab_size)
     summary = {"vocab": len(tokenizer)}

@@ -19,7 +19,7 @@ from rla_core.adaptation.store import TaskStore
 from rla_core.rewards import group_by_task, task_accuracy
 from rla_core.schemas import CriticFeedback, Direction, JudgedStep, PendingCandidate, Task, Trajectory
 
-# (task, direction, feedback, rng) -> (candidate or None, metrics, attempts log)
+# (task, direction, feedback, rng) -> (candidate or None, attempts log)
 Rewrite = Callable[[Task, Direction, CriticFeedback, random.Random], RewriteResult]
 
 
@@ -107,7 +107,7 @@ def propose(store: TaskStore, trajectories: list[Trajectory], judged: list[Judge
         if direction is None:
             continue
         feedback = critic_feedback(group, [j for j in judged if j.task_id == slot.active.task_id])
-        candidate, metrics, attempts = rewrite(slot.active, direction, feedback, rng)
+        candidate, attempts = rewrite(slot.active, direction, feedback, rng)
         last = attempts[-1] if attempts else None
         report.proposals.append(Proposal(
             task_id=slot.active.task_id, direction=direction, acc=acc,

@@ -49,7 +49,7 @@ class RewriteAttempt(BaseModel):
     from_feedback: bool | None = None  # the knob was chosen from the critic feedback (procedural)
 
 
-RewriteResult = tuple[Task | None, dict[str, float], list[RewriteAttempt]]
+RewriteResult = tuple[Task | None, list[RewriteAttempt]]
 
 
 class Rewriter(Protocol):
@@ -65,7 +65,7 @@ class Rewriter(Protocol):
         family: EnvironmentFamily,
         horizon: int | None = None,
     ) -> RewriteResult:
-        """(candidate or None, metrics, attempts log)."""
+        """(candidate or None, attempts log)."""
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -86,20 +86,6 @@ def candidate_task(parent: Task, spec: dict[str, Any], family: EnvironmentFamily
         difficulty=float(family.difficulty(spec)),
         version=version,
     )
-
-
-def _result(
-    parent: Task, candidate: Task | None, log: list[RewriteAttempt]
-) -> RewriteResult:
-    metrics = {"rewrite_attempts": float(len(log)), "rewrite_ok": float(candidate is not None),
-               "rewrite_valid_attempts": float(sum(a.ok for a in log))}
-    if candidate is not None and log[-1].from_feedback is not None:
-        metrics["rewrite_from_feedback"] = float(log[-1].from_feedback)
-    metrics["difficulty_before"] = float(parent.difficulty)
-    if candidate is not None:
-        metrics["difficulty_after"] = candidate.difficulty
-        metrics["difficulty_delta"] = candidate.difficulty - float(parent.difficulty)
-    return candidate, metrics, log
 
 
 def _check_attempts(attempts: int) -> None:
@@ -137,8 +123,8 @@ class ProceduralRewriter:
                 continue
             log.append(RewriteAttempt(attempt=attempt, ok=True, reason=change.reason, knob=change.knob,
                                       from_feedback=change.from_feedback))
-            return _result(task, candidate_task(task, spec, family), log)
-        return _result(task, None, log)
+            return candidate_task(task, spec, family), log
+        return None, log
 
 
 # ---------------------------------------------------------------- llm
@@ -239,8 +225,8 @@ class LLMRewriter:
                 log.append(RewriteAttempt(attempt=attempt, ok=False, error="unchanged spec", raw=raw))
                 continue
             log.append(RewriteAttempt(attempt=attempt, ok=True, reason="llm rewrite", raw=raw))
-            return _result(task, candidate_task(task, spec, family), log)
-        return _result(task, None, log)
+            return candidate_task(task, spec, family), log
+        return None, log
 
 
 # ---------------------------------------------------------------- registry

@@ -45,8 +45,8 @@ def test_make_rewrite_uses_the_configured_prompt_mode(tmp_path, monkeypatch):
     for mode in ("compact", "full"):
         cfg = load_config(overrides=["environment.rewriter=llm", f"environment.rewrite_prompt={mode}"])
         seen.clear()
-        candidate, _, log = rewriting.make_rewrite(cfg, RunPaths.of(tmp_path))(task, "harder", CriticFeedback(),
-                                                                              random.Random(0))
+        candidate, log = rewriting.make_rewrite(cfg, RunPaths.of(tmp_path))(task, "harder", CriticFeedback(),
+                                                                           random.Random(0))
         assert candidate is None and len(log) == cfg.environment.attempts
         assert seen[0] == build_rewrite_prompt(task, "harder", CriticFeedback(), HOUSEHOLD, mode)
 

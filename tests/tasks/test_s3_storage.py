@@ -246,12 +246,12 @@ def test_dvc_pushes_to_s3_and_pulls_back_identical_files(s3_run, endpoint):
 
 def test_resume_from_an_empty_folder_downloads_instead_of_recomputing(s3_run, endpoint, tmp_path, monkeypatch):
     from flows.train import prepare_run_dir, train
-    from tasks import iteration, setup, training
+    from tasks import evaluation, iteration, setup, training
 
     def recomputed(*args, **kwargs):
         raise AssertionError("a completed stage was recomputed instead of downloaded")
 
-    for module, name in ((setup, "supervised_finetune"), (training, "evaluate_models"),
+    for module, name in ((setup, "supervised_finetune"), (evaluation, "evaluate_models"),
                          (iteration, "rollout_tasks"), (training, "get_trainer")):
         monkeypatch.setattr(module, name, recomputed)
     overrides = _overrides(endpoint, tmp_path)

@@ -50,7 +50,7 @@ def pending(parent: Task, direction: str, prev_acc: float, created: int = ITERAT
 
 
 class FakeRewrite:
-    """(task, direction, feedback, rng) -> (candidate | None, metrics, attempts); records every call."""
+    """(task, direction, feedback, rng) -> (candidate | None, attempts); records every call."""
 
     def __init__(self, fail: bool = False):
         self.fail = fail
@@ -59,12 +59,12 @@ class FakeRewrite:
     def __call__(self, t: Task, direction: str, feedback: CriticFeedback, rng: random.Random):
         self.calls.append((t.task_id, direction, feedback, rng))
         if self.fail:
-            return None, {}, [RewriteAttempt(attempt=0, ok=False, error="attempt 1 failed")]
+            return None, [RewriteAttempt(attempt=0, ok=False, error="attempt 1 failed")]
         child = Task(task_id=f"{t.slot_id}-v{t.version + 1}-{direction}", slot_id=t.slot_id, spec={"d": direction},
                      version=t.version + 1, difficulty=t.difficulty + 1)
         attempt = RewriteAttempt(attempt=0, ok=True, reason=f"rewritten {direction}", knob="rooms",
                                  from_feedback=bool(feedback.actions))
-        return child, {}, [attempt]
+        return child, [attempt]
 
 
 COUNTS = ("env/accepted", "env/rejected", "env/proposed", "env/proposal_failed")

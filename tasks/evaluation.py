@@ -1,0 +1,79 @@
+"""Evaluation: held-out success of a policy and the judge on the fixed benchmark, as the iteration's
+evaluate stage, the warm-start's baseline, and `rla eval`'s evaluation of any checkpoint."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rla_core.config import Config
+from rla_core.judge.benchmark import BenchmarkStep, score_benchmark
+from rla_core.rollout.base import SamplingParams
+from rla_core.rollout.runner import rollout_metrics
+from rla_core.schemas import Task
+from tasks.common import eval_seed, progress_bar
+from tasks.engines import engine_for, judge_all, rollout_tasks
+from tasks.paths import RunPaths
+from tasks.stage import stage
+from tasks.storage import read_records, write_json, write_records
+
+
+def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
+                    seed: int, final: bool = True) -> dict[str, float]:
+    """Held-out success rate of a policy (eval.episodes_per_task episodes per task at eval.temperature),
+    the judge on the fixed benchmark steps (`bench/*`) and, when `final` (the warm-start and the last
+    evaluation): the greedy policy (`heldout_greedy/*`, with eval.greedy_at_end) and p₊/p₋ of the judge
+    on the policy's held-out episodes (`heldout/judge_*`: a moving target, beside the benchmark)."""
+    tasks = read_records(paths.heldout, Task)
+    trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.episodes_per_task,
+                                    cfg.eval.temperature, seed, "held-out eval")
+    write_records(out / "heldout_trajectories.jsonl", trajectories)
+    metrics = {f"heldout/{n}": v for n, v in rollout_metrics(trajectories).items()}
+    if final and cfg.eval.greedy_at_end and cfg.eval.temperature > 0:
+        greedy, _ = rollout_tasks(paths, cfg, tasks, policy_dir, 1, 0.0, seed, "held-out eval (greedy)")
+        metrics.update({f"heldout_greedy/{n}": v for n, v in rollout_metrics(greedy).items()})
+    if final:
+        _, judge_metrics = judge_all(paths, cfg, trajectories, judge_dir, seed, "held-out judge", cfg.eval.judge_m)
+        metrics.update({f"heldout/judge_{n}": v for n, v in judge_metrics.items()})
+    metrics["heldout/episodes"] = float(len(trajectories))
+    if paths.judge_benchmark.is_file():
+        metrics.update({f"bench/{n}": v for n, v in score_judge_benchmark(paths, cfg, judge_dir, out, seed).items()})
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def score_judge_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, out: Path, seed: int) -> dict[str, float]:
+    """eval.benchmark_m verdicts of the judge in `judge_dir` on every step of the run's judge benchmark."""
+    steps = read_records(paths.judge_benchmark, BenchmarkStep)
+    engine, tokenizer = engine_for(cfg, paths.root, "judge", judge_dir, cfg.judge.batch_size)
+    params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
+    with progress_bar(len(steps) * cfg.eval.benchmark_m, "judge benchmark", unit="verdict") as bar:
+        verdicts, metrics = score_benchmark(engine, tokenizer, steps, cfg.eval.benchmark_m, params,
+                                            cfg.rollout.history_turns, progress=bar.update)
+    write_json(out / "benchmark_verdicts.json", {s.step_id: v for s, v in zip(steps, verdicts)})
+    return metrics
+
+
+@stage(scope="run", folder="baseline")
+def baseline(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """Held-out metrics of the warm-started policy and judge (baseline/metrics.json)."""
+    metrics = evaluate_models(paths, cfg, paths.bootstrap / "policy", paths.bootstrap / "judge", out, eval_seed(cfg))
+    return {"metrics": metrics}
+
+
+@stage(scope="run", folder="eval/iter_{k:04d}")
+def evaluate_checkpoint(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """Held-out metrics of the models after iteration k (0 = the warm-start), in eval/iter_k/ (`rla eval`)."""
+    metrics = evaluate_models(paths, cfg, paths.model_dir(k + 1, "policy"), paths.model_dir(k + 1, "judge"), out,
+                              eval_seed(cfg))
+    return {"metrics": metrics}
+
+
+@stage()
+def evaluate(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """Evaluate every `eval_every` iterations and at the last one; otherwise record a skip. The judge
+    on the policy's own held-out episodes is scored at the last one only (the benchmark every time)."""
+    every, last = cfg.run.eval_every, cfg.run.iterations
+    if not (k == last or (every and k % every == 0)):
+        return {"evaluated": False, "metrics": {}}
+    metrics = evaluate_models(paths, cfg, paths.model_dir(k + 1, "policy"), paths.model_dir(k + 1, "judge"), out,
+                              eval_seed(cfg), final=k == last)
+    return {"evaluated": True, "metrics": metrics}
