@@ -29,7 +29,7 @@ GPU_TEMPLATES = {
 }
 
 
-class PrefectNotConfigured(ValueError):
+class PrefectNotConfigured(UserError, ValueError):
     """No Prefect API URL is set, or nothing answers at it."""
 
 

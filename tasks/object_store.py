@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from rla_core.config import Config, StorageConfig
+from rla_core.errors import UserError
 from rla_core.fileio import atomic_file
 from rla_core.registry import Registry
 from tasks.paths import COMPLETE, run_config
@@ -29,7 +30,7 @@ RUN_FILES = ("config.yaml", "mlflow_run_id.txt")  # the id lets another machine 
 CARRIED_STAGES = ("adapt", "train_policy", "train_judge")  # what later iterations read (store, models)
 
 
-class StorageError(RuntimeError):
+class StorageError(UserError, RuntimeError):
     """The object store cannot be used (missing bucket, bad credentials, unreachable endpoint)."""
 
 

@@ -13,6 +13,7 @@ from flows.rl_iteration import ITERATION
 from flows.stage import STAGES, run_stage
 from flows.train import prepare_run_dir
 from rla_core.config import ConfigError, config_to_yaml, load_config
+from rla_core.errors import UnknownName
 from tasks.paths import RunPaths
 from tasks.stage import stage
 from tasks.storage import mark_done, write_text
@@ -88,7 +89,7 @@ def test_stage_flow_writes_the_run_config_on_a_machine_without_the_run(tmp_path,
     monkeypatch.setitem(STAGES, "rollout", lambda run_dir, k: {"config_seen": RunPaths.of(run_dir).config.is_file()})
     assert run_stage.fn(str(elsewhere.root), 1, "rollout", run_config=text) == {"config_seen": True}
     assert elsewhere.config.read_text() == text
-    with pytest.raises(ValueError, match="unknown stage 'rollot'; valid"):
+    with pytest.raises(UnknownName, match="unknown stage .rollot.; valid"):
         run_stage.fn(str(elsewhere.root), 1, "rollot")
 
 
