@@ -29,6 +29,7 @@ class RunResult:
     seed: int
     run_dir: str
     iterations: int  # completed
+    evaluated: list[int] = field(default_factory=list)  # the iteration of each evaluation (0 = warm-start)
     success: list[float] = field(default_factory=list)
     bench_balanced: list[float] = field(default_factory=list)
     bench_mu: list[float] = field(default_factory=list)
@@ -57,11 +58,13 @@ def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
     result = RunResult(row, seed, str(run_dir), 0)
     baseline = paths.baseline / "metrics.json"
     evaluations = [json.loads(baseline.read_text())] if baseline.is_file() else []
+    result.evaluated = [0] if evaluations else []
     for k in paths.completed_iterations():
         result.iterations = k
         metrics_file = paths.it(k).eval_metrics
         if metrics_file.is_file():
             evaluations.append(json.loads(metrics_file.read_text()))
+            result.evaluated.append(k)
         result.train_success.append(_metric(done_summary(paths.stage(k, "rollout")), "train/success_rate"))
         for role in ("policy", "judge"):
             update = done_summary(paths.it(k).trained(role))
@@ -110,7 +113,7 @@ def summary_markdown(results: list[RunResult], rows: list[str]) -> str:
 
 
 def write_csv(path: Path, results: list[RunResult]) -> None:
-    fields = ["row", "seed", "iterations", "baseline", "final", "success", "bench_balanced", "bench_mu",
+    fields = ["row", "seed", "iterations", "baseline", "final", "evaluated", "success", "bench_balanced", "bench_mu",
               "train_success", "policy_steps", "judge_steps", "policy_samples", "judge_samples", "seconds", "run_dir"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
@@ -121,11 +124,13 @@ def write_csv(path: Path, results: list[RunResult]) -> None:
             row.update(baseline=r.baseline, final=r.final)
             for key in ("success", "bench_balanced", "bench_mu", "train_success"):
                 row[key] = " ".join(f"{v:.4f}" for v in row[key])
+            row["evaluated"] = " ".join(str(k) for k in r.evaluated)
             writer.writerow(row)
 
 
 def plot_curves(path: Path, results: list[RunResult], rows: list[str]) -> None:
-    """Held-out success and judge-benchmark balanced accuracy per iteration: seeds thin, mean thick."""
+    """Held-out success and judge-benchmark balanced accuracy at each evaluated iteration (sampled as
+    configured by eval.*): seeds thin, mean thick."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -135,14 +140,16 @@ def plot_curves(path: Path, results: list[RunResult], rows: list[str]) -> None:
     for index, key in enumerate(rows):
         color = f"C{index}"
         for axis, attr in zip(axes, ("success", "bench_balanced")):
-            curves = [getattr(r, attr) for r in results if r.row == key and getattr(r, attr)]
-            for curve in curves:
-                axis.plot(range(len(curve)), curve, color=color, alpha=0.3, linewidth=1)
+            mine = [r for r in results if r.row == key and getattr(r, attr)]
+            curves = [getattr(r, attr) for r in mine]
+            for r, curve in zip(mine, curves):
+                axis.plot(r.evaluated[:len(curve)], curve, color=color, alpha=0.3, linewidth=1)
             if curves:
                 length = min(map(len, curves))
                 mean = [sum(c[i] for c in curves) / len(curves) for i in range(length)]
-                axis.plot(range(length), mean, color=color, linewidth=2.5, label=f"({key}) {ROWS[key].label}")
-    axes[0].set(title="held-out success (greedy)", xlabel="iteration (0 = warm-start)", ylabel="success rate")
+                axis.plot(mine[0].evaluated[:length], mean, color=color, linewidth=2.5,
+                          label=f"({key}) {ROWS[key].label}")
+    axes[0].set(title="held-out success", xlabel="iteration (0 = warm-start)", ylabel="success rate")
     axes[1].set(title="judge benchmark balanced accuracy", xlabel="iteration (0 = warm-start)", ylabel="(p+ + p-)/2")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
