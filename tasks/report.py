@@ -13,10 +13,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rla_core.adaptation.critic import judge_rationale
-from rla_core.adaptation.cycle import AdaptReport
 from rla_core.rewards import StepKey, group_by_task, has_mixed_outcomes, index_judged, step_rewards
 from rla_core.rollout.runner import INVALID
 from rla_core.schemas import JudgedStep, Trajectory, TrainingSample
+from tasks.iteration import read_adapt_report
 from tasks.paths import RunPaths
 from tasks.storage import read_records
 
@@ -163,7 +163,7 @@ def iteration_report(paths: RunPaths, k: int, step_weight: float, max_tasks: int
     it = paths.it(k)
     trajectories = read_records(it.trajectories, Trajectory)
     judged = read_records(it.judged, JudgedStep)
-    rejected = set(AdaptReport.model_validate_json(it.adapt_report.read_text()).rejected)
+    rejected = set(read_adapt_report(paths, k).rejected)
     samples = read_records(it.batch("policy"), TrainingSample)
     return trajectory_report(trajectories, judged, report_rewards(trajectories, judged, step_weight),
                              sample_advantages(samples), max_tasks, per_task, rejected)
