@@ -18,7 +18,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.train import train
-from rla_core.ablation import Row, mean_se, parse_rows
+from rla_core.ablation import Row, mean_se, parse_rows, row_overrides
 from rla_core.config import Config, ConfigError, TrackingConfig, load_config
 from tasks.ablation_report import RunResult, read_run, summary_markdown, write_report
 from tasks.storage import is_done
@@ -28,9 +28,7 @@ SHARED = ("seed", "models/init", "models/bootstrap", "baseline")  # a seed's war
 
 
 def _row_overrides(cfg: Config, root: Path, row: Row, seed: int) -> list[str]:
-    return [f"run.output_dir={root}", f"run.name={row.key}-seed{seed}", f"run.seed={seed}",
-            f"tracking.mlflow_uri=sqlite:///{root / 'mlflow.db'}", f"tracking.experiment={cfg.tracking.experiment}",
-            *row.overrides(cfg.reward.step_weight)]
+    return row_overrides(cfg.reward.step_weight, cfg.tracking.experiment, str(root), row, seed)
 
 
 def share_warm_start(source: Path, target: Path) -> list[str]:

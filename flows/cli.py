@@ -10,6 +10,7 @@ from pathlib import Path
 from rla_core.errors import BadValue
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
+FLOW_COMMANDS = ("quickstart", "run", "seed", "bootstrap", "eval", "ablation", "data", "reproduce")
 SET_HELP = "override one config key, e.g. --set rollout.n=8 (repeatable; `rla config` lists the keys)"
 
 
@@ -20,6 +21,15 @@ def embedded_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+    # a tracking server that is down: 4 retries with back-off (~15 s), not MLflow's 7 (~2 min), then one line
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "4")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    # a failed task or flow run raises into `main`, which prints a user error as one line and a bug with its
+    # traceback: Prefect's own ERROR-level copies of the same traceback are noise on the command line
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL", "CRITICAL")
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "CRITICAL")
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_ENGINE_LEVEL", "CRITICAL")
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_TASK_ENGINE_LEVEL", "CRITICAL")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -50,6 +60,15 @@ def _parser() -> argparse.ArgumentParser:
     abl.add_argument("--seeds", type=int, default=3, help="seeds run.seed, run.seed+1, … (default 3)")
     abl.add_argument("--rows", default="abcd", help="rows to run, e.g. abcd or ad (default abcd)")
     abl.add_argument("--name", default="ablation", help="folder under run.output_dir (default ablation)")
+    for name, text in (("restore", "check out one iteration's files (inputs and outputs) from the DVC remote"),
+                       ("reproduce", "re-run one iteration from its inputs in the DVC remote in a scratch folder "
+                                     "and compare every output file and metric with what was recorded")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--run", required=True, help="run folder (it need not exist: its DVC remote is enough)")
+        cmd.add_argument("--iteration", type=int, required=True, help="0 = the start (seed, warm-start, baseline)")
+        cmd.add_argument("--remote", default=None, help="DVC remote (default: runs/.dvc-remote/<run name>)")
+        cmd.add_argument("--into", default=None, help="target folder (restore: the run folder; reproduce: "
+                                                      "<run>.reproduce-iter_K beside it)")
     data = sub.add_parser("data", help="build the fixed held-out/dev task files and judge benchmarks (data/)")
     data.add_argument("action", choices=["build"])
     data.add_argument("--config", action="append", default=None, help="YAML override file (default: quickstart)")
@@ -83,6 +102,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.deploy(args.gpu_pool_type, args.gpu_slots, args.names)
     if args.command == "worker":
         return commands.worker(args.pool, args.limit, args.name)
+    if args.command == "restore":
+        return commands.restore(args.run, args.iteration, args.remote, args.into)
+    if args.command == "reproduce":
+        return commands.reproduce(args.run, args.iteration, args.remote, args.into)
     if args.command == "config":
         return config_cmd.show_config(args.config or [], args.overrides)
     if args.command == "data":
@@ -109,10 +132,17 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     embedded_environment()
+    import logging
+
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # MLflow's retry chatter
     signal.signal(signal.SIGTERM, _terminate)
     args = _parser().parse_args(argv)
     from flows.commands import USER_ERRORS
 
+    if args.command in FLOW_COMMANDS:
+        from flows import reaper
+
+        reaper.start()  # stops the Prefect server & co. should this process die without unwinding
     try:
         return _dispatch(args)
     except USER_ERRORS as err:

@@ -5,10 +5,12 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from rla_core.config import ConfigError, load_config
-from rla_core.errors import BadValue, MissingFile, UserError
+from rla_core.errors import MissingFile, UserError
 from tasks.paths import RunPaths, run_config
+from tasks.runlock import hold
 from tasks.storage import done_summary, is_done, write_text
 
 # Mistakes a user can fix print as one line; anything else is a bug and keeps its traceback.
@@ -24,6 +26,10 @@ ROWS = [
     ("judge benchmark bal. acc", "bench/balanced_acc"),
     ("judge on episodes mu", "heldout/judge_mu"),
 ]
+
+
+def run_folder(cfg) -> Path:
+    return Path(cfg.run.output_dir) / cfg.run.name
 
 
 def _fmt(value: float | None) -> str:
@@ -65,10 +71,13 @@ def _emit(summary: dict, out: str | None) -> None:
 
 
 def run(configs: list[str], overrides: list[str], out: str | None = None) -> int:
-    load_config(configs, overrides)  # a bad key fails here, before any flow or server starts
+    from tasks import preflight
+
+    cfg = preflight.check(configs, overrides)  # bad input fails here, before any flow or server starts
     from flows.train import train
 
-    result = train(configs, overrides)
+    with hold(run_folder(cfg)):  # a busy folder is refused before Prefect starts; held until the end
+        result = train(configs, overrides)
     if out:
         _emit(result, out)
     print(summary_table(result["run_dir"]))
@@ -77,23 +86,31 @@ def run(configs: list[str], overrides: list[str], out: str | None = None) -> int
 
 
 def seed(configs: list[str], overrides: list[str], out: str | None = None) -> int:
-    load_config(configs, overrides)
+    from tasks import preflight
+
+    cfg = preflight.check(configs, overrides, command="seed")
     from flows.train import seed_run as seed_flow
 
-    _emit(seed_flow(configs, overrides), out)
+    with hold(run_folder(cfg)):
+        _emit(seed_flow(configs, overrides), out)
     return 0
 
 
 def prepare(configs: list[str], overrides: list[str], out: str | None = None) -> int:
-    load_config(configs, overrides)
+    from tasks import preflight
+
+    cfg = preflight.check(configs, overrides, command="prepare")
     from flows.train import prepare as prepare_flow
 
-    _emit(prepare_flow(configs, overrides), out)
+    with hold(run_folder(cfg)):
+        _emit(prepare_flow(configs, overrides), out)
     return 0
 
 
 def evaluate(configs: list[str], overrides: list[str], iteration: int | None, out: str | None = None) -> int:
-    load_config(configs, overrides)
+    from tasks import preflight
+
+    preflight.check(configs, overrides, command="eval", iteration=iteration)
     from flows.train import evaluate_run
 
     _emit(evaluate_run(configs, overrides, iteration), out)
@@ -102,12 +119,9 @@ def evaluate(configs: list[str], overrides: list[str], iteration: int | None, ou
 
 def run_ablation(configs: list[str], overrides: list[str], seeds: int, rows: str, name: str,
                  out: str | None = None) -> int:
-    from rla_core.ablation import parse_rows
+    from tasks import preflight
 
-    load_config(configs, overrides)
-    parse_rows(rows)  # bad rows fail before any flow starts
-    if seeds < 1:
-        raise BadValue(f"--seeds must be >= 1, got {seeds}")
+    preflight.check_ablation(configs, overrides, seeds, rows, name)  # before any flow starts
     from flows.ablation import ablation
 
     result = ablation(configs, overrides, seeds, rows, name)
@@ -188,3 +202,37 @@ def ui(run_dir: str, port: int) -> int:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
         return 0
+
+
+def restore(run_dir: str, iteration: int, remote: str | None, into: str | None) -> int:
+    """Check out iteration K's files (its inputs and outputs) from the DVC remote into a folder."""
+    from pathlib import Path
+
+    from tasks.reproduce import read_record, restore_from_record
+    from tasks.versioning import default_remote
+
+    remote = remote or default_remote(run_dir)
+    record = read_record(remote, iteration)
+    target = Path(into or run_dir)
+    pulled = restore_from_record(record, target, remote)
+    print(f"restored iteration {iteration} of {record['run']} into {target} from {remote}:")
+    for rel in pulled:
+        print(f"  {rel}")
+    return 0
+
+
+def reproduce(run_dir: str, iteration: int, remote: str | None, into: str | None) -> int:
+    """Re-run iteration K from its inputs in the DVC remote and compare every output with the record."""
+    from pathlib import Path
+
+    from tasks.reproduce import reproduce as redo
+
+    result = redo(Path(run_dir), iteration, remote, Path(into) if into else None)
+    diffs = result["diffs"]
+    print(f"reproduced iteration {iteration} in {result['scratch']} in {result['seconds']:.1f} s "
+          f"(inputs restored from the remote in {result['restore_seconds']:.1f} s)")
+    print(f"compared {result['files']} output files and {result['metrics']} metrics with {result['record']}: "
+          + ("all identical" if not diffs else f"{len(diffs)} differ"))
+    for folder, what, change in diffs[:50]:
+        print(f"  {folder:14s} {what:40s} {change}")
+    return 0 if not diffs else 1

@@ -10,20 +10,29 @@ from pathlib import Path
 from prefect import flow
 
 from flows.rl_iteration import rl_iteration
-from rla_core.config import Config, ConfigError, OrchestrationConfig, config_to_yaml, load_config
+from rla_core.config import Config, ConfigError, config_to_yaml, load_config, run_mismatch
 from rla_core.errors import BadValue
 from tasks.object_store import open_store
 from tasks.paths import RunPaths
+from tasks.reproduce import version_start
+from tasks.runlock import hold
 from tasks.setup import bootstrap, init_models, seed
 from tasks.storage import done_summary, write_text
-from tasks.tracking_tasks import close_training_run, log_baseline, open_training_run
+from tasks.tracking import TrackingUnavailable
+from tasks.tracking_tasks import close_training_run, log_baseline, log_evaluation, open_training_run
 from tasks.evaluation import baseline, evaluate_checkpoint
 
 
-def _identity(cfg: Config) -> Config:
-    """The part of a config that defines a run's results (not where its folder is on this machine)."""
-    return cfg.model_copy(update={"run": cfg.run.model_copy(update={"iterations": 0, "output_dir": ""}),
-                                  "orchestration": OrchestrationConfig()})
+def _mark_failed(run_dir: str) -> None:
+    """The training's MLflow run FAILED, unless MLflow itself is what failed (the error says so)."""
+    try:
+        close_training_run(run_dir, "FAILED")
+    except TrackingUnavailable:
+        pass
+
+
+def run_folder(cfg: Config) -> Path:
+    return Path(cfg.run.output_dir) / cfg.run.name
 
 
 def prepare_run_dir(cfg: Config) -> str:
@@ -35,11 +44,12 @@ def prepare_run_dir(cfg: Config) -> str:
     paths = RunPaths.of(Path(cfg.run.output_dir) / cfg.run.name)
     store = open_store(cfg, paths.root)
     store.check()  # a missing bucket or bad credentials fail here, before any work
-    if store.pull_file("config.yaml") and _identity(load_config([paths.config])) != _identity(cfg):
-        raise ConfigError(f"{paths.root} already holds a run with a different config; choose another "
-                          "run.name (only run.iterations and orchestration may change to continue a run)")
+    if store.pull_file("config.yaml") and (refusal := run_mismatch(str(paths.root), load_config([paths.config]), cfg)):
+        raise ConfigError(refusal)
     paths.root.mkdir(parents=True, exist_ok=True)
-    write_text(paths.config, config_to_yaml(cfg))
+    text = config_to_yaml(cfg)  # stages read the run's config from here (run.iterations: the last iteration)
+    if not paths.config.is_file() or paths.config.read_text() != text:  # rewritten only when it changed
+        write_text(paths.config, text)
     store.push_file(paths.config)
     store.hydrate()  # completed run-level folders and COMPLETE markers this machine lacks
     return str(paths.root)
@@ -57,6 +67,7 @@ def _prepare(cfg: Config) -> tuple[str, dict]:
     run_dir = _seed(cfg)
     bootstrap(run_dir)
     metrics = baseline(run_dir)["metrics"]
+    version_start(run_dir)  # iteration 0 under DVC, its record in the remote
     log_baseline(run_dir, metrics)
     return run_dir, metrics
 
@@ -64,33 +75,38 @@ def _prepare(cfg: Config) -> tuple[str, dict]:
 @flow(name="rla-seed", log_prints=True)
 def seed_run(config_files: list[str] | None = None, overrides: list[str] | None = None) -> dict:
     """Seed task store + held-out tasks → tokenizer and tiny models."""
-    run_dir = _seed(load_config(config_files, overrides))
-    return {"run_dir": run_dir, **done_summary(RunPaths.of(run_dir).seed_store.parent)}
+    cfg = load_config(config_files, overrides)
+    with hold(run_folder(cfg)):
+        run_dir = _seed(cfg)
+        return {"run_dir": run_dir, **done_summary(RunPaths.of(run_dir).seed_store.parent)}
 
 
 @flow(name="rla-prepare", log_prints=True)
 def prepare(config_files: list[str] | None = None, overrides: list[str] | None = None) -> dict:
     """Seed (skipped when done) → supervised warm-start → baseline held-out evaluation."""
-    run_dir, baseline = _prepare(load_config(config_files, overrides))
-    return {"run_dir": run_dir, "baseline": baseline}
+    cfg = load_config(config_files, overrides)
+    with hold(run_folder(cfg)):
+        run_dir, baseline = _prepare(cfg)
+        return {"run_dir": run_dir, "baseline": baseline}
 
 
 @flow(name="rla-train", log_prints=True)
 def train(config_files: list[str] | None = None, overrides: list[str] | None = None) -> dict:
     """Prepare (skipped when done) → iterations 1..run.iterations (completed ones skipped)."""
     cfg = load_config(config_files, overrides)
-    run_dir, baseline = _prepare(cfg)
-    paths = RunPaths.of(run_dir)
-    per_iteration = {}
-    try:
-        for k in range(1, cfg.run.iterations + 1):
-            if not paths.is_complete(k):
-                per_iteration[k] = rl_iteration(run_dir, k)
-    except Exception:
-        close_training_run(run_dir, "FAILED")
-        raise
-    close_training_run(run_dir)
-    return {"run_dir": run_dir, "baseline": baseline, "iterations": per_iteration}
+    with hold(run_folder(cfg)):
+        run_dir, baseline = _prepare(cfg)
+        paths = RunPaths.of(run_dir)
+        per_iteration = {}
+        try:
+            for k in range(1, cfg.run.iterations + 1):
+                if not paths.is_complete(k):
+                    per_iteration[k] = rl_iteration(run_dir, k)
+        except Exception:
+            _mark_failed(run_dir)
+            raise
+        close_training_run(run_dir)
+        return {"run_dir": run_dir, "baseline": baseline, "iterations": per_iteration}
 
 
 @flow(name="rla-iterate", log_prints=True)
@@ -99,25 +115,31 @@ def iterate(config_files: list[str] | None = None, overrides: list[str] | None =
     """Prepare (skipped when done) → one iteration of the config's run: `iteration`, by default the one
     after the latest completed (an interrupted one resumes). A schedule on this keeps extending a run."""
     cfg = load_config(config_files, overrides)
-    run_dir, _ = _prepare(cfg)
-    paths = RunPaths.of(run_dir)
-    done = paths.completed_iterations()
-    k = iteration or (done[-1] + 1 if done else 1)
-    if k > 1 and not paths.is_complete(k - 1):
-        raise BadValue(f"iteration {k} needs iteration {k - 1} complete in {paths.root}; completed: {done}")
-    try:
-        metrics = rl_iteration(run_dir, k)
-    except Exception:
-        close_training_run(run_dir, "FAILED")
-        raise
-    close_training_run(run_dir)
-    return {"run_dir": run_dir, "iteration": k, "metrics": metrics}
+    with hold(run_folder(cfg)):
+        run_dir, _ = _prepare(cfg)
+        paths = RunPaths.of(run_dir)
+        done = paths.completed_iterations()
+        k = iteration or (done[-1] + 1 if done else 1)
+        if k > 1 and not paths.is_complete(k - 1):
+            raise BadValue(f"iteration {k} needs iteration {k - 1} complete in {paths.root}; completed: {done}")
+        try:
+            metrics = rl_iteration(run_dir, k)
+        except Exception:
+            _mark_failed(run_dir)
+            raise
+        close_training_run(run_dir)
+        return {"run_dir": run_dir, "iteration": k, "metrics": metrics}
 
 
 @flow(name="rla-evaluate", log_prints=True)
 def evaluate_run(config_files: list[str] | None = None, overrides: list[str] | None = None,
                  iteration: int | None = None) -> dict:
-    """Held-out evaluation of the models after `iteration` (default: the latest completed)."""
+    """Held-out evaluation of the models after `iteration` (default: the latest completed), in
+    eval/iter_<k>/: the stored result when that folder is done, else computed exactly as the evaluation
+    logged for that iteration (same seed and passes: identical numbers). Logged to MLflow under `eval/`
+    on the iteration's nested run and the training run, step = iteration (0 = the warm-start: training
+    run only), and as held-out tags on the versions registered at that iteration (tasks/tracking_tasks.py
+    log_evaluation)."""
     cfg = load_config(config_files, overrides)
     paths = RunPaths.of(Path(cfg.run.output_dir) / cfg.run.name)
     done = paths.completed_iterations()
@@ -125,4 +147,6 @@ def evaluate_run(config_files: list[str] | None = None, overrides: list[str] | N
         iteration = done[-1] if done else 0
     if iteration and iteration not in done:
         raise BadValue(f"iteration {iteration} is not complete in {paths.root}; completed: {done}")
-    return evaluate_checkpoint(str(paths.root), iteration)["metrics"]
+    metrics = evaluate_checkpoint(str(paths.root), iteration)["metrics"]
+    log_evaluation(str(paths.root), iteration, metrics)
+    return metrics

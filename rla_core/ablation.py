@@ -32,6 +32,14 @@ class Row:
                 f"judge.train={str(self.judge_train).lower()}", f"environment.adapt={str(self.adapt).lower()}"]
 
 
+def row_overrides(base_step_weight: float, experiment: str, root: str, row: Row, seed: int) -> list[str]:
+    """The `--set` overrides of the (row, seed) training run of an ablation under `root` (added after the
+    user's own): its folder, name and seed, the ablation's shared MLflow store, and the row's switches."""
+    return [f"run.output_dir={root}", f"run.name={row.key}-seed{seed}", f"run.seed={seed}",
+            f"tracking.mlflow_uri=sqlite:///{root}/mlflow.db", f"tracking.experiment={experiment}",
+            *row.overrides(base_step_weight)]
+
+
 ROWS: dict[str, Row] = {
     "a": Row("a", "outcome only", False, False, False),
     "b": Row("b", "+ step rewards (fixed judge)", True, False, False),

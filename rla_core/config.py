@@ -4,11 +4,14 @@ Unknown keys and bad values fail at load with a message that names the key.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+import yaml.reader
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from rla_core.errors import UserError
 
 
@@ -313,12 +316,52 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _yaml_error(err: yaml.YAMLError, text: str) -> tuple[int | None, str]:
+    """(1-based line or None, the problem in words) of a YAML parse error."""
+    if isinstance(err, yaml.MarkedYAMLError):
+        mark, start = err.problem_mark or err.context_mark, err.context_mark
+        if start is not None and mark is not None and not text[mark.index:].strip():
+            mark = start  # the file ended inside a construct: name the line that opened it
+        line = mark.line + 1 if mark is not None else None
+        problem = err.problem or err.context or "not valid YAML"
+        if err.problem and err.context:
+            at = f", line {start.line + 1}" if start is not None and start.line + 1 != line else ""
+            problem += f" ({err.context}{at})"
+        return line, problem
+    if isinstance(err, yaml.reader.ReaderError):  # a character YAML does not allow (NUL, other controls)
+        char = f"U+{err.character:04X}" if isinstance(err.character, int) else repr(err.character)
+        return text[: err.position].count("\n") + 1, f"character {char} is not allowed in YAML"
+    return None, str(err).splitlines()[0]
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """`text` parsed as YAML; ConfigError `where:LINE: problem` when it does not parse."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        line, problem = _yaml_error(err, text)
+        raise ConfigError(f"{where}:{line}: {problem}" if line else f"{where}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: YAML nested too deeply") from None
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """`rollout.n=8` -> ("rollout.n", 8); the value is parsed as YAML."""
     if "=" not in text:
         raise ConfigError(f"override '{text}' must look like section.key=value")
     key, raw = text.split("=", 1)
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+    if not raw.strip():
+        return key.strip(), None
+    try:
+        return key.strip(), yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        problem = _yaml_error(err, raw)[1]
+        raise ConfigError(f"--set {key.strip()}: value {raw!r} is not valid YAML ({problem})") from None
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _explain(err: ValidationError) -> str:
@@ -326,20 +369,35 @@ def _explain(err: ValidationError) -> str:
     key = ".".join(str(p) for p in first["loc"]) or "<root>"
     if first["type"] == "extra_forbidden":
         return f"unknown config key '{key}'"
-    return f"config key '{key}': {first['msg']} (got {first.get('input')!r})"
+    if first["type"] == "value_error":  # a check across keys (e.g. the alpha band): its message says it all
+        return f"config key '{key}': {first['msg'].removeprefix('Value error, ')}"
+    return f"config key '{key}': {first['msg']} (got {_shown(first.get('input'))})"
+
+
+def _read_yaml_file(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a folder, not a YAML file")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x})") from None
+    data = parse_yaml(text, str(path))
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of config sections, got a {type(data).__name__}")
+    return data
 
 
 def load_config(paths: list[str | Path] | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults, then each YAML file in order, then `--set` overrides."""
     tree: dict[str, Any] = {}
     for path in paths or []:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: top level must be a mapping")
-        tree = _merge(tree, data)
+        tree = _merge(tree, _read_yaml_file(Path(path)))
     for item in overrides or []:
         key, value = parse_override(item)
         _set_dotted(tree, key, value)
@@ -351,3 +409,52 @@ def load_config(paths: list[str | Path] | None = None, overrides: list[str] | No
 
 def config_to_yaml(config: Config) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+# What a run may change between invocations: its length, where its folder is, where its stages run.
+RUN_FREE_KEYS = ("run.iterations", "run.output_dir", "orchestration")
+_UNSET = object()
+
+
+def _leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _free(key: str) -> bool:
+    return any(key == free or key.startswith(free + ".") for free in RUN_FREE_KEYS)
+
+
+def config_differences(old: Config, new: Config) -> list[str]:
+    """The dotted keys, in config order, whose values differ between two configs of a run, besides
+    RUN_FREE_KEYS (which may change to continue a run); [] when `new` may continue `old`'s run."""
+    a, b = _leaves(old.model_dump()), _leaves(new.model_dump())
+    keys = list(a) + [k for k in b if k not in a]
+    return [k for k in keys if not _free(k) and a.get(k, _UNSET) != b.get(k, _UNSET)]
+
+
+def _value_text(value: Any) -> str:
+    if value is _UNSET:
+        return "(unset)"
+    text = value if isinstance(value, str) and value.isprintable() else json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def run_mismatch(where: str, old: Config, new: Config) -> str | None:
+    """The one-line refusal to continue the run at `where` (holding `old`) with `new`, naming the first
+    differing keys with both values; None when `new` may continue it."""
+    keys = config_differences(old, new)
+    if not keys:
+        return None
+    a, b = _leaves(old.model_dump()), _leaves(new.model_dump())
+    shown = keys[:3]
+    there = ", ".join(f"{k}={_value_text(a.get(k, _UNSET))}" for k in shown)
+    here = ", ".join(f"{k}={_value_text(b.get(k, _UNSET))}" for k in shown)
+    more = f" (and {len(keys) - 3} more differing keys)" if len(keys) > 3 else ""
+    return (f"{where} holds a run with a different config ({there}; this config has {here}{more}); choose "
+            "another run.name (only run.iterations and orchestration may change to continue a run)")

@@ -20,3 +20,26 @@ class BadValue(UserError, ValueError):
 
 class MissingFile(UserError, FileNotFoundError):
     """A file or folder the user named, or a command needs, does not exist."""
+
+
+class DataError(UserError, ValueError):
+    """A file the run reads is malformed: a task file or record line, a model folder, a checkpoint, a run
+    folder's layout or marker. The message starts with the file (and line) and says what is wrong."""
+
+
+class DiskFull(UserError, OSError):
+    """The disk filled up while a file or checkpoint was written; what was there before is kept."""
+
+    def __str__(self) -> str:
+        return str(self.args[1]) if len(self.args) > 1 else super().__str__()
+
+
+NO_SPACE = "No space left on device"
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """ENOSPC as an OSError, or as a library's own error type that only says so in its message
+    (safetensors raises SafetensorError "... No space left on device (os error 28)")."""
+    import errno
+
+    return getattr(error, "errno", None) == errno.ENOSPC or NO_SPACE in str(error)

@@ -1,14 +1,25 @@
 """Atomic writes, the one helper every writer of the project uses (rla_core and tasks alike): a file or
 a directory is built beside its final place and renamed into it, so a reader sees the old version or
-the new one, never half of one, and a failed write leaves nothing behind."""
+the new one, never half of one, and a failed write leaves nothing behind. A full disk (ENOSPC, from
+any library) is raised as DiskFull, a one-line user error naming the path."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from rla_core.errors import DiskFull, is_disk_full
+
+
+def _raise_disk_full(error: BaseException, path: Path) -> None:
+    """A full disk, whatever library noticed it, becomes DiskFull: one line that names the path."""
+    if isinstance(error, Exception) and not isinstance(error, DiskFull) and is_disk_full(error):
+        raise DiskFull(errno.ENOSPC, f"no space left on the device while writing {path}; the previous "
+                       "version there (if any) is kept: free space and re-run") from error
 
 
 @contextlib.contextmanager
@@ -22,8 +33,9 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield Path(temp)
         os.replace(temp, path)
-    except BaseException:
+    except BaseException as error:
         Path(temp).unlink(missing_ok=True)
+        _raise_disk_full(error, path)
         raise
 
 
@@ -49,8 +61,9 @@ def atomic_directory(directory: str | os.PathLike) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield staging
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        _raise_disk_full(error, target)
         raise
     backup = None
     if target.exists():

@@ -13,7 +13,7 @@ from tasks.common import eval_seed, progress_bar
 from tasks.engines import engine_for, judge_all, rollout_tasks
 from tasks.paths import RunPaths
 from tasks.stage import stage
-from tasks.storage import read_records, write_json, write_records
+from tasks.storage import done_summary, is_done, read_records, write_json, write_records
 
 
 def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
@@ -59,12 +59,30 @@ def baseline(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     return {"metrics": metrics}
 
 
+def logged_final(paths: RunPaths, k: int) -> bool:
+    """Whether the evaluation logged for iteration k ran the `final` passes (greedy, the judge on the
+    held-out episodes): the warm-start's always does, an in-loop one only at its run's last iteration (its
+    summary says; older summaries tell by their heldout/judge_* metrics). True when k was never evaluated."""
+    if k == 0:
+        return True
+    loop = paths.stage(k, "evaluate")
+    summary = done_summary(loop) if is_done(loop) else {}
+    if not summary.get("evaluated"):
+        return True
+    return bool(summary.get("final", any(key.startswith("heldout/judge_") for key in summary.get("metrics", {}))))
+
+
 @stage(scope="run", folder="eval/iter_{k:04d}")
 def evaluate_checkpoint(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
-    """Held-out metrics of the models after iteration k (0 = the warm-start), in eval/iter_k/ (`rla eval`)."""
+    """Held-out metrics of the models after iteration k (0 = the warm-start), in eval/iter_k/ (`rla eval`).
+
+    Reproduces the evaluation logged for k exactly (the baseline for 0, the in-loop evaluate stage
+    otherwise): the same models, the same seed (`eval_seed`, as every evaluation of the run) and the same
+    passes (`logged_final`). An iteration that was not evaluated in the loop gets the full evaluation."""
+    final = logged_final(paths, k)
     metrics = evaluate_models(paths, cfg, paths.model_dir(k + 1, "policy"), paths.model_dir(k + 1, "judge"), out,
-                              eval_seed(cfg))
-    return {"metrics": metrics}
+                              eval_seed(cfg), final=final)
+    return {"metrics": metrics, "final": final}
 
 
 @stage()
@@ -76,4 +94,4 @@ def evaluate(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
         return {"evaluated": False, "metrics": {}}
     metrics = evaluate_models(paths, cfg, paths.model_dir(k + 1, "policy"), paths.model_dir(k + 1, "judge"), out,
                               eval_seed(cfg), final=k == last)
-    return {"evaluated": True, "metrics": metrics}
+    return {"evaluated": True, "final": k == last, "metrics": metrics}

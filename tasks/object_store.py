@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -34,6 +35,41 @@ class StorageError(UserError, RuntimeError):
     """The object store cannot be used (missing bucket, bad credentials, unreachable endpoint)."""
 
 
+# Back-off between our attempts at one S3 call, on top of botocore's own (3 attempts, standard mode):
+# a brief outage or throttling is ridden out; a store that stays down fails in ~1 minute, in one line.
+RETRY_DELAYS_S = (2.0, 8.0, 30.0)
+_TRANSIENT_CODES = {"500", "502", "503", "504", "InternalError", "ServiceUnavailable", "SlowDown", "Throttling",
+                    "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed"}
+
+
+def _transient(error: BaseException) -> bool:
+    """Worth another attempt: connection trouble, timeouts, 5xx and throttling; not 403/404 and the like."""
+    from boto3.exceptions import S3TransferFailedError, S3UploadFailedError
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(error, ClientError):
+        return str(error.response.get("Error", {}).get("Code", "")) in _TRANSIENT_CODES
+    if isinstance(error, (S3UploadFailedError, S3TransferFailedError)):
+        return not any(code in str(error) for code in ("403", "404", "NoSuchBucket", "AccessDenied"))
+    return isinstance(error, (BotoCoreError, ConnectionError, TimeoutError))
+
+
+def with_retries(what: str, call: Callable[[], object], delays: tuple[float, ...] | None = None) -> object:
+    """`call()`, retried after each of `delays` (default RETRY_DELAYS_S) while its error is transient;
+    then StorageError naming `what`. Non-transient errors are raised at once, unchanged."""
+    delays = RETRY_DELAYS_S if delays is None else delays
+    for attempt in range(len(delays) + 1):
+        try:
+            return call()
+        except Exception as error:  # noqa: BLE001 - classified right below
+            if not _transient(error):
+                raise
+            if attempt == len(delays):
+                raise StorageError(f"{what} failed after {attempt + 1} attempts: {error}") from error
+            time.sleep(delays[attempt])
+    raise AssertionError("unreachable")
+
+
 def is_run_file(rel: str) -> bool:
     """Small files kept in sync outside the folder protocol: the config, COMPLETE markers, DVC pointers."""
     name = rel.rsplit("/", 1)[-1]
@@ -50,6 +86,7 @@ def _files(folder: Path) -> list[Path]:
 class ObjectStore(Protocol):
     def check(self) -> None: ...
     def push_dir(self, folder: Path, run_files_under: Path | None = None) -> int: ...
+    def ensure_pushed(self, folder: Path, run_files_under: Path | None = None) -> int: ...
     def pull_dir(self, folder: Path) -> bool: ...
     def push_file(self, path: Path) -> None: ...
     def pull_file(self, rel: str) -> bool: ...
@@ -66,6 +103,9 @@ class LocalStore:
         return None
 
     def push_dir(self, folder: Path, run_files_under: Path | None = None) -> int:
+        return 0
+
+    def ensure_pushed(self, folder: Path, run_files_under: Path | None = None) -> int:
         return 0
 
     def pull_dir(self, folder: Path) -> bool:
@@ -125,34 +165,48 @@ class S3Store:
     # --- primitives -------------------------------------------------------------------------
 
     def upload(self, path: Path) -> None:
-        self.client.upload_file(str(path), self.bucket, self.key(path))
+        key = self.key(path)
+        with_retries(f"upload of {path} to s3://{self.bucket}/{key}",
+                     lambda: self.client.upload_file(str(path), self.bucket, key))
 
     def download(self, rel: str) -> Path:
-        """Fetch one object into the run folder atomically (temp file + rename)."""
+        """Fetch one object into the run folder atomically (temp file + rename); a failed attempt
+        leaves nothing behind and the next starts afresh."""
         target = self.root / rel
-        with atomic_file(target) as temp:
-            self.client.download_file(self.bucket, f"{self.base}/{rel}", str(temp))
+
+        def fetch() -> None:
+            with atomic_file(target) as temp:
+                self.client.download_file(self.bucket, f"{self.base}/{rel}", str(temp))
+
+        with_retries(f"download of s3://{self.bucket}/{self.base}/{rel}", fetch)
         return target
 
     def exists(self, rel: str) -> bool:
         from botocore.exceptions import ClientError
 
-        try:
-            self.client.head_object(Bucket=self.bucket, Key=f"{self.base}/{rel}")
-            return True
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return False
-            raise
+        def head() -> bool:
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=f"{self.base}/{rel}")
+                return True
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise
+
+        return bool(with_retries(f"lookup of s3://{self.bucket}/{self.base}/{rel}", head))
 
     def listing(self, under: str = "") -> dict[str, int]:
         """{path relative to the run folder: size} of every object under `under` (a relative folder)."""
         prefix = f"{self.base}/{under.strip('/')}/" if under.strip("/") else f"{self.base}/"
-        found: dict[str, int] = {}
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                found[item["Key"][len(self.base) + 1:]] = item["Size"]
-        return found
+
+        def list_all() -> dict[str, int]:
+            found: dict[str, int] = {}
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    found[item["Key"][len(self.base) + 1:]] = item["Size"]
+            return found
+
+        return with_retries(f"listing of s3://{self.bucket}/{prefix}", list_all)
 
     # --- folders and run files ----------------------------------------------------------------
 
@@ -167,6 +221,14 @@ class S3Store:
         for path in files + ([marker] if marker else []):
             self.upload(path)
         return len(files) + (marker is not None)
+
+    def ensure_pushed(self, folder: Path, run_files_under: Path | None = None) -> int:
+        """A folder done here whose marker is not in S3 (its upload failed after _DONE was written, e.g.
+        the store was down): upload it now. Returns files uploaded (0 when S3 already has it)."""
+        rel = folder.resolve().relative_to(self.root).as_posix()
+        if not is_done(folder) or self.exists(f"{rel}/{DONE_MARKER}"):
+            return 0
+        return self.push_dir(folder, run_files_under)
 
     def push_file(self, path: Path) -> None:
         self.upload(path)

@@ -12,11 +12,12 @@ from rla_core.adaptation.store import TaskStore
 from rla_core.bootstrap import (balance, generate_tasks, judge_pairs, oracle_walk, policy_pairs, rewrite_pairs,
                                 walk_feedback)
 from rla_core.config import Config, resolve_data_path
-from rla_core.envs.base import EnvironmentFamily, SpecError, get_environment
-from rla_core.errors import BadValue, MissingFile
+from rla_core.envs.base import EnvironmentFamily, check_task_lines, get_environment
+from rla_core.errors import MissingFile
 from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.models.factory import build_or_load, save_pretrained
 from rla_core.models.tokenizer import train_tokenizer
+from rla_core.records import read_numbered
 from rla_core.schemas import CriticFeedback, JudgedStep, Task, Trajectory
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, stage_seed
@@ -46,15 +47,9 @@ def load_task_file(path: str, family: EnvironmentFamily, horizon: int) -> list[T
     resolved = resolve_data_path(path)
     if not resolved.is_file():
         raise MissingFile(f"task file not found: {path} (looked at {resolved})")
-    tasks = read_records(resolved, Task)
-    for line, task in enumerate(tasks, start=1):
-        if task.env != family.name:
-            raise BadValue(f"{resolved}:{line}: task {task.task_id} is for '{task.env}', not '{family.name}'")
-        try:
-            family.validate(task.spec, horizon)
-        except SpecError as err:
-            raise SpecError(f"{resolved}:{line}: task {task.task_id}: {err}") from None
-    return tasks
+    numbered = read_numbered(resolved, Task)
+    check_task_lines(numbered, family, horizon, str(resolved))
+    return [task for _, task in numbered]
 
 
 def load_benchmark_file(path: str) -> list[BenchmarkStep]:

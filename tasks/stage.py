@@ -6,14 +6,17 @@ stage with (run_dir, iteration) runs it as a Prefect task that
 
   1. fetches, from the object store, the completed outputs this machine lacks (storage.backend=s3);
   2. returns the stored summary (with "resumed": True) when the stage's `_DONE` marker exists;
-  3. otherwise runs the body as `body(paths, cfg, iteration, out_dir)`, times it, writes `_DONE` with the
-     body's summary last, and uploads the folder.
+  3. otherwise empties what an interrupted attempt left in the folder, runs the body as
+     `body(paths, cfg, iteration, out_dir)`, times it, writes `_DONE` with the body's summary last, and
+     uploads the folder. A crash anywhere (tasks/faults.py injects them in tests) leaves a folder without
+     `_DONE`, which the next attempt redoes from scratch: the same inputs and seeds give the same bytes.
 
 Iteration stages write `iterations/iter_k/<name>/`; run stages (seed, warm-start, baseline, the
 evaluation of a checkpoint) write the folder named in their declaration.
 """
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +27,7 @@ from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
 from rla_core.config import Config
+from tasks import faults
 from tasks.object_store import open_store
 from tasks.paths import RunPaths, run_config
 from tasks.storage import done_summary, is_done, mark_done
@@ -73,15 +77,21 @@ class Stage:
             store.hydrate(iteration)  # this iteration's inputs and the stores/models it starts from
         elif not is_done(out):
             store.pull_dir(out)
-        if is_done(out):
+        if is_done(out):  # and in the store: an upload that failed after _DONE is sent now
+            store.ensure_pushed(out, paths.iteration(iteration) if self.scope == "iteration" else None)
             return {**done_summary(out), "resumed": True}
         if self.scope == "iteration" and cfg.run.torch_threads:
             torch.set_num_threads(cfg.run.torch_threads)
-        out.mkdir(parents=True, exist_ok=True)
+        faults.point(self.name, "before", iteration)
+        if out.exists():  # what an interrupted attempt left (no _DONE): start clean, so a re-run is identical
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
         start = time.perf_counter()
-        summary = self.body(paths, cfg, iteration, out)
+        with faults.inside(self.name, iteration):
+            summary = self.body(paths, cfg, iteration, out)
         summary["seconds"] = time.perf_counter() - start
         mark_done(out, summary)
+        faults.point(self.name, "after", iteration)
         if self.scope == "iteration":
             store.push_dir(out, run_files_under=paths.iteration(iteration))  # COMPLETE, *.dvc too
         else:

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping, TypeVar
 from pydantic import BaseModel
 
 from rla_core.fileio import atomic_write_text
+from rla_core.records import load_json_file, read_jsonl
 
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
@@ -25,7 +26,8 @@ def write_json(path: str | Path, data: object) -> Path:
 
 
 def read_json(path: str | Path) -> object:
-    return json.loads(Path(path).read_text())
+    """A JSON file; DataError `path:LINE: ...` when it is not valid JSON."""
+    return load_json_file(path)
 
 
 def write_records(path: str | Path, records: Iterable[BaseModel]) -> Path:
@@ -34,8 +36,8 @@ def write_records(path: str | Path, records: Iterable[BaseModel]) -> Path:
 
 
 def read_records(path: str | Path, record_type: type[RecordT]) -> list[RecordT]:
-    text = Path(path).read_text()
-    return [record_type.model_validate_json(line) for line in text.splitlines() if line.strip()]
+    """Every record of a JSONL file; a bad line raises DataError `path:LINE: what is wrong`."""
+    return read_jsonl(path, record_type)
 
 
 def mark_done(stage_dir: str | Path, summary: dict | None = None) -> Path:

@@ -6,16 +6,40 @@ run per iteration (tag `mlflow.parentRunId` = parent, tag `rla.iteration` = i), 
 tags when an iteration is resumed. Metrics go to the parent with `step = iteration` (the charts across
 iterations) and, when an iteration is named, to its child as well.
 
+Model registry: each trained checkpoint is a version of `rla-<role>` whose tags hold its lineage
+(tasks/commit.py writes them: run, iteration, data_version, git_commit, git_dirty, config_hash,
+dvc.store, dvc.batch, dvc.model, parent_version and, once the iteration is evaluated, its held-out
+metrics `heldout.success_rate`, `bench.balanced_acc`, ... as in `heldout_tags`). Aliases over one run's
+versions: `newest` = the highest iteration registered (MLflow reserves the name `latest`), `best` = the
+highest `heldout.success_rate` among the versions evaluated (ties: the earlier iteration);
+`update_aliases` recomputes both from the tags, so a re-run or resume never moves them wrongly.
+
 Only `MlflowClient` is used, never the fluent `mlflow.start_run` state, so Prefect tasks in threads
 or other processes can each open a `Tracker` on the same run folder without sharing globals.
 Default store: `sqlite:///<run_dir>/mlflow.db`, artifacts under `<run_dir>/mlartifacts`.
+
+Relocation: MLflow stores artifact locations as absolute `file:` URIs. When the default store of a run
+folder is opened from another place than where it was created (the folder moved or copied), `Tracker`
+first rebases those URIs onto the current folder (`relocate_store`), so a copy reads and writes its own
+artifacts, never the original's. A user-given `tracking.mlflow_uri` or `artifact_location` is left alone.
+
+Config: `config.yaml` is logged once per training run (its first config); a later change of
+`run.iterations` is recorded as tag `rla.iterations` (current value) and tag `rla.iterations_history`
+(JSON list of {"iterations", "time"}, one entry per change), besides the `override.run.iterations` tag
+of `log_params`.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
+import sqlite3
 import time
+import urllib.parse
+import urllib.request
+from contextlib import closing
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -34,7 +58,7 @@ from mlflow import MlflowClient  # noqa: E402
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 
 from rla_core.config import Config, TrackingConfig, config_to_yaml  # noqa: E402
-from rla_core.errors import BadValue
+from rla_core.errors import BadValue, UserError
 from tasks import storage  # noqa: E402
 from tasks.storage import json_safe  # noqa: E402
 
@@ -48,6 +72,11 @@ except Exception:  # noqa: BLE001 - telemetry internals may move; never fail tra
 
 RUN_ID_FILE = "mlflow_run_id.txt"
 LOCK_FILE = ".mlflow.lock"
+DB_FILE = "mlflow.db"  # the default store, inside the run folder
+ARTIFACT_DIR = "mlartifacts"  # its artifact root, beside it
+CONFIG_ARTIFACT = "config.yaml"
+ITERATIONS_TAG = "rla.iterations"  # the run's current run.iterations
+ITERATIONS_HISTORY_TAG = "rla.iterations_history"  # JSON [{"iterations": n, "time": ISO}], one entry per change
 ITERATION_TAG = "rla.iteration"
 PARENT_TAG = "mlflow.parentRunId"
 # Older MLflow 3 UIs read this experiment tag to choose the page an experiment opens on;
@@ -61,20 +90,105 @@ CHECKPOINT_EXCLUDE = ("optimizer.pt",)  # resume state, versioned by DVC, not ne
 _MAX_PARAM_VALUE = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
 _BATCH = 100  # params/tags per log_batch call
 _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_\-./ ]")
+IDENTITY_TAGS = ("run", "iteration", "data_version")  # what makes a registered version the same one
+# MLflow reserves the alias `latest` (models:/<name>/latest is its own: the highest version number)
+LATEST_ALIAS, BEST_ALIAS = "newest", "best"
+BEST_TAG = "heldout.success_rate"  # `best` ranks a run's evaluated versions by this tag
 
 log = logging.getLogger(__name__)
 
 
 def default_tracking_uri(run_dir: str | Path) -> str:
-    return f"sqlite:///{Path(run_dir).resolve() / 'mlflow.db'}"
+    return f"sqlite:///{Path(run_dir).resolve() / DB_FILE}"
 
 
 def _artifact_location(tracking_uri: str) -> str | None:
     """`mlartifacts/` beside a sqlite file (MLflow would use ./mlartifacts of the cwd); None lets a
     tracking server choose its own artifact root."""
     if tracking_uri.startswith("sqlite:///"):
-        return (Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / "mlartifacts").as_uri()
+        return (Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / ARTIFACT_DIR).as_uri()
     return None
+
+
+# Columns of MLflow 3's sqlite schema that hold artifact URIs (checked on a real run folder's mlflow.db)
+_URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("model_versions", "source"),
+                ("model_versions", "storage_location"), ("logged_models", "artifact_location"))
+
+
+def _file_path(uri: str | None) -> Path | None:
+    """Local path of a `file:` URI, else None."""
+    if not uri:
+        return None
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+        return None
+    return Path(urllib.request.url2pathname(parsed.path))
+
+
+def _foreign_roots(conn: sqlite3.Connection, run_dir: Path) -> set[str]:
+    """The experiments' default artifact roots (`file:` URIs of a `mlartifacts/` folder) that lie
+    outside `run_dir`: where the store was created before the folder moved."""
+    roots = set()
+    for (location,) in conn.execute("SELECT artifact_location FROM experiments"):
+        path = _file_path(location)
+        if path is not None and path.name == ARTIFACT_DIR and not path.is_relative_to(run_dir):
+            roots.add(location.rstrip("/"))
+    return roots
+
+
+def relocate_store(run_dir: str | Path) -> dict[str, int]:
+    """Rebase the artifact URIs of the run folder's own store (`<run_dir>/mlflow.db`) onto
+    `<run_dir>/mlartifacts` when they point into a `mlartifacts/` folder elsewhere (the folder was moved or
+    copied): experiments.artifact_location, runs.artifact_uri, model_versions.source and
+    storage_location (and logged_models.artifact_location), in one sqlite transaction. Returns
+    {table.column: rows changed}; {} when nothing pointed elsewhere (the usual case: one SELECT)."""
+    run_dir = Path(run_dir).resolve()
+    db = run_dir / DB_FILE
+    if not db.is_file():
+        return {}
+    new_root = (run_dir / ARTIFACT_DIR).as_uri()
+    with closing(sqlite3.connect(str(db), timeout=60, isolation_level=None)) as conn:
+        try:
+            if not _foreign_roots(conn, run_dir):
+                return {}
+        except sqlite3.OperationalError:  # not (yet) an MLflow store
+            return {}
+        conn.execute("BEGIN IMMEDIATE")  # the write lock first; then read again: another process may have done it
+        try:
+            old_roots = _foreign_roots(conn, run_dir)
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            changed: dict[str, int] = {}
+            for table, column in _URI_COLUMNS:
+                if table not in tables:
+                    continue
+                for old in old_roots:
+                    cursor = conn.execute(
+                        f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                        f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                        (new_root, len(old) + 1, old, len(old) + 1, old + "/"))
+                    changed[f"{table}.{column}"] = changed.get(f"{table}.{column}", 0) + cursor.rowcount
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    if old_roots:
+        log.warning("MLflow store %s was created elsewhere: artifact URIs rebased from %s to %s (%d rows)",
+                    db, ", ".join(sorted(old_roots)), new_root, sum(changed.values()))
+    return changed
+
+
+def _drop_cached_artifact_repo(run_id: str, artifact_uri: str) -> None:
+    """Forget MLflow's per-process artifact repository of `run_id` (cached by run id alone) when it
+    serves another URI than `artifact_uri`, the run's in the store at hand."""
+    try:
+        from mlflow.tracking._tracking_service import utils as tracking_utils
+
+        cache = tracking_utils._artifact_repos_cache
+    except (ImportError, AttributeError):  # MLflow internals moved: nothing cached that we know of
+        return
+    repo = cache.get(run_id)
+    if repo is not None and getattr(repo, "artifact_uri", artifact_uri) != artifact_uri:
+        cache.pop(run_id, None)
 
 
 def experiment_ui_url(base_url: str, experiment_id: str) -> str:
@@ -102,6 +216,64 @@ def _iteration_name(iteration: int) -> str:
     return f"iter_{iteration:04d}"
 
 
+def model_name(role: str) -> str:
+    """Registered model of a role's checkpoints: rla-policy, rla-judge."""
+    return f"rla-{role}"
+
+
+def heldout_tags(metrics: Mapping[str, Any]) -> dict[str, str]:
+    """Evaluation metrics as model-version tags: "heldout/success_rate" -> "heldout.success_rate",
+    values in full precision (repr of the float, so a tag reads back to the exact number)."""
+    return {_metric_key(key).replace("/", "."): repr(float(value)) for key, value in metrics.items()
+            if _is_number(value)}
+
+
+class TrackingUnavailable(UserError):
+    """The MLflow tracking server cannot be reached (after MLflow's own retries)."""
+
+
+_UNREACHABLE = ("Max retries exceeded", "Connection refused", "ConnectionError", "NewConnectionError",
+                "Failed to establish a new connection", "RemoteDisconnected", "timed out", "Read timed out",
+                "too many 5")
+
+
+def _unreachable(error: BaseException) -> bool:
+    import requests
+
+    return isinstance(error, (requests.ConnectionError, requests.Timeout)) or (
+        isinstance(error, mlflow.exceptions.MlflowException) and any(s in str(error) for s in _UNREACHABLE))
+
+
+class GuardedClient:
+    """MlflowClient whose calls raise TrackingUnavailable (one line) when the tracking server is down.
+
+    MLflow retries an HTTP call itself (MLFLOW_HTTP_REQUEST_MAX_RETRIES, with back-off: `rla` defaults
+    to 4 retries, about 15 s), so a brief outage is ridden out. A longer one stops the run at the call:
+    metrics are logged after each stage's `_DONE`, so the stage's outputs are complete on disk, and the
+    re-run (when the server is back) skips the stage and logs its metrics then. Nothing is lost."""
+
+    def __init__(self, client: MlflowClient, uri: str) -> None:
+        self._client, self._uri = client, uri
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except Exception as error:
+                if _unreachable(error):
+                    raise TrackingUnavailable(
+                        f"MLflow tracking server {self._uri} is unreachable ({name}: {type(error).__name__}); "
+                        "the run stopped; every completed stage is kept: re-run the same command when the "
+                        "server is back, and their metrics are logged then") from None
+                raise
+
+        return call
+
+
 class Tracker:
     """Handle on one training's MLflow runs; cheap to reopen from (run_dir, config) in any process."""
 
@@ -112,11 +284,15 @@ class Tracker:
         self.config = config or TrackingConfig()
         self.run_name = run_name or self.run_dir.name
         self.tracking_uri = self.config.mlflow_uri or default_tracking_uri(self.run_dir)
-        self.client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+        if self.config.mlflow_uri is None and self.config.artifact_location is None:
+            relocate_store(self.run_dir)  # the run folder's own store, maybe moved or copied here: point it here
+        self.client = GuardedClient(MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri),
+                                    self.tracking_uri)
         self.experiment_id = self._experiment()
         with self._lock():
             self.run_id = self._parent_run()
         self._iteration_runs: dict[int, str] = {}
+        self._artifact_uris: dict[str, str] = {}  # run id -> its artifact URI in this store
 
     # --- runs -------------------------------------------------------------------------------
 
@@ -199,6 +375,16 @@ class Tracker:
     def _target(self, iteration: int | None) -> str:
         return self.run_id if iteration is None else self.iteration_run(iteration)
 
+    def _artifact_target(self, iteration: int | None) -> str:
+        """`_target`, for an artifact call: MLflow caches a run's artifact repository per process by run
+        id alone, and a copied store holds the same run ids as its original, so a cached repository
+        that is not this store's (a process that used the original, then the copy) is dropped first."""
+        run_id = self._target(iteration)
+        if run_id not in self._artifact_uris:
+            self._artifact_uris[run_id] = self.client.get_run(run_id).info.artifact_uri
+        _drop_cached_artifact_repo(run_id, self._artifact_uris[run_id])
+        return run_id
+
     # --- params, metrics, artifacts ---------------------------------------------------------------
 
     def log_params(self, params: Mapping[str, Any], iteration: int | None = None) -> dict[str, str]:
@@ -220,9 +406,38 @@ class Tracker:
         return overrides
 
     def log_config(self, config: Config) -> None:
-        """Flat params (`rollout.n` = "8", ...) on the parent plus the full YAML as `config.yaml`."""
+        """Flat params (`rollout.n` = "8", ...) on the parent plus the full YAML as `config.yaml`, logged
+        once: a continued training keeps the first one (changed values become `override.<key>` tags, see
+        `log_params`) and records a change of run.iterations with `record_iterations`."""
         self.log_params(config.model_dump(mode="json"))
-        self.client.log_text(self.run_id, config_to_yaml(config), "config.yaml")
+        run_id = self._artifact_target(None)
+        if CONFIG_ARTIFACT not in {a.path for a in self.client.list_artifacts(run_id)}:
+            self.client.log_text(run_id, config_to_yaml(config), CONFIG_ARTIFACT)
+        self.record_iterations(config.run.iterations)
+
+    def record_iterations(self, iterations: int) -> bool:
+        """Tag `rla.iterations` = the current run.iterations and append to `rla.iterations_history`
+        ({"iterations", "time"} per change; a store from before these tags starts its history with the
+        first logged `run.iterations` param at the run's start). Nothing is written when the value is
+        unchanged. Returns whether it changed."""
+        run = self.client.get_run(self.run_id)
+        tags, value = run.data.tags, str(iterations)
+        if tags.get(ITERATIONS_TAG) == value:
+            return False
+        try:
+            history = json.loads(tags.get(ITERATIONS_HISTORY_TAG, "[]"))
+        except json.JSONDecodeError:
+            history = []
+        first = run.data.params.get("run.iterations")
+        if not history and first is not None and first != value:
+            history.append({"iterations": int(first), "time": _iso(run.info.start_time)})
+        history.append({"iterations": iterations, "time": _iso(int(time.time() * 1000))})
+        text = json.dumps(history, separators=(",", ":"))
+        while len(text) > _MAX_PARAM_VALUE and len(history) > 2:  # keep the first and the newest changes
+            del history[1]
+            text = json.dumps(history, separators=(",", ":"))
+        self.set_tags({ITERATIONS_TAG: value, ITERATIONS_HISTORY_TAG: text})
+        return True
 
     def log_metrics(self, metrics: Mapping[str, float], step: int, iteration: int | None = None) -> None:
         """Numeric metrics at `step` on the parent, and on the iteration's run when `iteration` is given."""
@@ -238,10 +453,19 @@ class Tracker:
         for run_id in targets:
             self.client.log_batch(run_id, metrics=batch)
 
+    def has_metrics(self, keys: Sequence[str], step: int, iteration: int | None = None) -> bool:
+        """Whether every metric in `keys` has a value at `step` on the parent (or iteration) run (e.g.
+        an evaluation logged before, so that it is not logged twice)."""
+        run_id = self._target(iteration)
+        logged = self.client.get_run(run_id).data.metrics
+        return all(_metric_key(key) in logged and any(m.step == step for m in
+                                                      self.client.get_metric_history(run_id, _metric_key(key)))
+                   for key in keys)
+
     def log_artifact(self, path: str | Path, artifact_path: str | None = None, iteration: int | None = None) -> None:
         """A file or a whole directory, under `artifact_path` of the parent (or iteration) run."""
         path = Path(path)
-        run_id = self._target(iteration)
+        run_id = self._artifact_target(iteration)
         if path.is_dir():
             self.client.log_artifacts(run_id, str(path), artifact_path)
         else:
@@ -249,10 +473,16 @@ class Tracker:
 
     def log_dict(self, data: Mapping[str, Any] | list, artifact_file: str, iteration: int | None = None) -> None:
         """JSON (or YAML if the name ends in .yaml) artifact, e.g. `gates/rollouts.json`."""
-        self.client.log_dict(self._target(iteration), json_safe(data), artifact_file)
+        self.client.log_dict(self._artifact_target(iteration), json_safe(data), artifact_file)
 
     def log_text(self, text: str, artifact_file: str, iteration: int | None = None) -> None:
-        self.client.log_text(self._target(iteration), text, artifact_file)
+        self.client.log_text(self._artifact_target(iteration), text, artifact_file)
+
+    def set_tags(self, tags: Mapping[str, Any], iteration: int | None = None) -> None:
+        """Tags (values as strings) on the parent run, or on the iteration's run."""
+        batch = [RunTag(key[:250], str(value)[:_MAX_PARAM_VALUE]) for key, value in tags.items()]
+        for start in range(0, len(batch), _BATCH):
+            self.client.log_batch(self._target(iteration), tags=batch[start : start + _BATCH])
 
     # --- model registry ---------------------------------------------------------------------------
 
@@ -266,24 +496,73 @@ class Tracker:
         exclude: Sequence[str] = CHECKPOINT_EXCLUDE,
     ) -> dict[str, str] | None:
         """Copy an HF checkpoint directory into the iteration run's artifacts and register it as a
-        new version of model `name` (tags: run, iteration, data_version, + `tags`). Idempotent: a
-        version with the same run/iteration/data_version is returned instead of a duplicate.
-        Returns {name, version, source, run_id}, or None when `tracking.register_models` is off."""
+        new version of model `name` (tags: run, iteration, data_version, + `tags`, e.g. the lineage).
+        Idempotent: a version with the same run/iteration/data_version (IDENTITY_TAGS) is returned
+        instead of a duplicate, whatever its other tags (a resume may run from another commit); tags it
+        lacks are added, those it has are kept. Returns {name, version, source, run_id}, or None when
+        `tracking.register_models` is off."""
         if not self.config.register_models:
             return None
-        version_tags = {"run": self.run_name, "data_version": data_version}
+        identity = {"run": self.run_name, "data_version": data_version}
         if iteration is not None:
-            version_tags["iteration"] = str(iteration)
-        version_tags.update({key: str(value) for key, value in (tags or {}).items()})
-        run_id = self._target(iteration)
+            identity["iteration"] = str(iteration)
+        extra = {key: str(value) for key, value in (tags or {}).items() if key not in IDENTITY_TAGS}
+        run_id = self._artifact_target(iteration)
         with self._lock():
-            existing = self._find_version(name, version_tags)
+            existing = self._find_version(name, identity)
             if existing is not None:
+                have = self.client.get_model_version(name, existing["version"]).tags
+                for key, value in extra.items():
+                    if key not in have:
+                        self.client.set_model_version_tag(name, existing["version"], key, value)
                 return existing
             source = self._upload_checkpoint(Path(model_dir), run_id, f"checkpoints/{name}", exclude)
             self._ensure_registered_model(name)
-            version = self.client.create_model_version(name, source, run_id=run_id, tags=version_tags)
+            version = self.client.create_model_version(name, source, run_id=run_id, tags={**identity, **extra})
         return {"name": name, "version": str(version.version), "source": source, "run_id": run_id}
+
+    def find_version(self, name: str, iteration: int) -> dict[str, str] | None:
+        """This run's version of model `name` registered at `iteration` (the newest if several), or None."""
+        found = [v for v in self._run_versions(name) if v.tags.get("iteration") == str(iteration)]
+        if not found:
+            return None
+        version = max(found, key=lambda v: int(v.version))
+        return {"name": name, "version": str(version.version), "source": version.source, "run_id": version.run_id}
+
+    def set_version_tags(self, name: str, version: str | int, tags: Mapping[str, Any]) -> None:
+        """Set (or overwrite) tags of a registered version, e.g. its held-out metrics after `rla eval`."""
+        for key, value in tags.items():
+            self.client.set_model_version_tag(name, str(version), key, str(value))
+
+    def _run_versions(self, name: str) -> list:
+        try:
+            return list(self.client.search_model_versions(f"name = '{name}' and tags.run = '{self.run_name}'"))
+        except mlflow.exceptions.MlflowException:  # no such registered model yet
+            return []
+
+    def update_aliases(self, name: str) -> dict[str, str]:
+        """Point `newest` at this run's version of the highest iteration and `best` at its version with
+        the highest `heldout.success_rate` (ties: the earlier iteration; no alias while none is
+        evaluated). Recomputed from the tags each time: idempotent. Aliases belong to the registered
+        model: in a registry shared by several runs they follow the run that updated them last.
+        Returns {alias: version}."""
+        versions = [v for v in self._run_versions(name) if v.tags.get("iteration", "").isdigit()]
+        if not versions:
+            return {}
+        chosen = {LATEST_ALIAS: max(versions, key=lambda v: (int(v.tags["iteration"]), int(v.version)))}
+        scored = [v for v in versions if _is_float(v.tags.get(BEST_TAG))]
+        if scored:
+            chosen[BEST_ALIAS] = max(scored, key=lambda v: (float(v.tags[BEST_TAG]), -int(v.tags["iteration"]),
+                                                            int(v.version)))
+        current = {}
+        try:
+            current = dict(self.client.get_registered_model(name).aliases)
+        except mlflow.exceptions.MlflowException:
+            pass
+        for alias, version in chosen.items():
+            if str(current.get(alias)) != str(version.version):
+                self.client.set_registered_model_alias(name, alias, str(version.version))
+        return {alias: str(version.version) for alias, version in chosen.items()}
 
     def _upload_checkpoint(self, model_dir: Path, run_id: str, artifact_path: str, exclude: Sequence[str]) -> str:
         """Copy the checkpoint's files (minus `exclude`) to the run's artifacts; returns their URI."""
@@ -313,6 +592,18 @@ class Tracker:
         uri = self.client.get_model_version_download_uri(name, str(version))
         Path(dst).mkdir(parents=True, exist_ok=True)
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst)))
+
+
+def _iso(millis: int | None) -> str:
+    """UTC time of an MLflow timestamp (ms), to the second: 2025-01-31T12:00:00Z."""
+    return datetime.fromtimestamp((millis or 0) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _is_float(text: str | None) -> bool:
+    try:
+        return text is not None and float(text) == float(text)  # a number, not NaN
+    except ValueError:
+        return False
 
 
 def _is_number(value: Any) -> bool:

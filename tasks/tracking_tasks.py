@@ -7,8 +7,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.object_store import configure_mlflow_s3, open_run_store
-from tasks.paths import run_config
-from tasks.tracking import RUN_ID_FILE, Tracker
+from tasks.paths import ROLES, run_config
+from tasks.tracking import RUN_ID_FILE, Tracker, heldout_tags, model_name
 
 TRACK = dict(cache_policy=NO_CACHE, persist_result=False)
 
@@ -67,3 +67,30 @@ def close_training_run(run_dir: str, status: str = "FINISHED") -> None:
 def log_baseline(run_dir: str, metrics: dict) -> None:
     """The warm-start's held-out metrics on the training run, at step 0 (before iteration 1)."""
     tracker_for(run_dir).log_metrics(metrics, step=0)
+
+
+EVAL_PREFIX = "eval/"  # `rla eval`'s metrics beside the in-loop evaluation's, never mixed into its curves
+
+
+@task(name="log-evaluation", **TRACK)
+def log_evaluation(run_dir: str, iteration: int, metrics: dict) -> dict[str, str]:
+    """`rla eval`'s metrics of the models after `iteration` on MLflow, prefixed `eval/`
+    (`eval/heldout/success_rate`, `eval/bench/balanced_acc`, ...) at step = iteration: on the iteration's
+    nested run and the training run (for iteration 0, the warm-start, on the training run only). Logged
+    once: a repeated `rla eval` that returns the stored evaluation adds no second point. The versions
+    registered at that iteration get the metrics as tags (`heldout.success_rate`, ...; identical to the
+    in-loop ones when the iteration was evaluated there) and their model's `best` alias is recomputed.
+    Returns {role: version tagged}."""
+    tracker = tracker_for(run_dir)
+    target = iteration or None
+    prefixed = {f"{EVAL_PREFIX}{key}": value for key, value in metrics.items() if isinstance(value, (int, float))}
+    if not tracker.has_metrics(list(prefixed), step=iteration, iteration=target):
+        tracker.log_metrics(prefixed, step=iteration, iteration=target)
+    tagged = {}
+    for role in ROLES if iteration else ():
+        found = tracker.find_version(model_name(role), iteration)
+        if found is not None:
+            tracker.set_version_tags(found["name"], found["version"], heldout_tags(metrics))
+            tracker.update_aliases(found["name"])
+            tagged[role] = found["version"]
+    return tagged

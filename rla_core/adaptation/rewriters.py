@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
@@ -171,18 +172,26 @@ def generator_answer(spec: dict[str, Any]) -> str:
     return json.dumps({"knobs": spec["knobs"], "seed": spec["seed"]})
 
 
+# Where an object can start: "{", JSON whitespace, then a key or "}". Trying every "{" made a failed try
+# cost as much as the text before it (json's error locates its line): 200 s for a megabyte of "{".
+_OBJECT_START = re.compile(r'\{[ \t\n\r]*["}]')
+MAX_ANSWER_CHARS = 50_000  # an answer's object is looked for in its first this many characters
+
+
 def first_json_object(text: str) -> dict[str, Any]:
-    """The first `{...}` in `text` that decodes as a JSON object; ValueError when there is none."""
+    """The first `{...}` in `text` (its first MAX_ANSWER_CHARS characters) that decodes as a JSON
+    object; ValueError when there is none or it nests too deeply for the decoder."""
     decoder = json.JSONDecoder()
-    start = text.find("{")
-    while start != -1:
+    text = text[:MAX_ANSWER_CHARS]
+    for start in _OBJECT_START.finditer(text):
         try:
-            value, _ = decoder.raw_decode(text, start)
+            value, _ = decoder.raw_decode(text, start.start())
         except json.JSONDecodeError:
-            value = None
+            continue
+        except RecursionError:
+            raise ValueError("the JSON in the text is nested too deeply") from None
         if isinstance(value, dict):
             return value
-        start = text.find("{", start + 1)
     raise ValueError("no JSON object in the text")
 
 

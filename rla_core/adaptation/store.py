@@ -15,7 +15,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rla_core.errors import DataError
 from rla_core.fileio import atomic_write_text
+from rla_core.records import load_json_file, read_numbered
 from rla_core.schemas import PendingCandidate, Slot, Task, TaskRecordEvent
 
 SLOTS_FILE = "slots.jsonl"
@@ -206,8 +208,14 @@ class TaskStore:
     def load(cls, directory: str | Path) -> "TaskStore":
         """Read a store written by `save`; every line is validated as a Slot."""
         directory = Path(directory)
-        meta = json.loads((directory / META_FILE).read_text())
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{directory / META_FILE}: format_version {meta.get('format_version')} != {FORMAT_VERSION}")
-        text = (directory / SLOTS_FILE).read_text()
-        return cls(Slot.model_validate_json(line) for line in text.splitlines() if line.strip())
+        meta = load_json_file(directory / META_FILE)
+        version = meta.get("format_version") if isinstance(meta, dict) else None
+        if version != FORMAT_VERSION:
+            raise DataError(f"{directory / META_FILE}: format_version {version} != {FORMAT_VERSION}")
+        slots, lines = {}, {}
+        for line, slot in read_numbered(directory / SLOTS_FILE, Slot):
+            if slot.slot_id in slots:
+                raise DataError(f"{directory / SLOTS_FILE}:{line}: slot_id '{slot.slot_id}' repeats line "
+                                f"{lines[slot.slot_id]}")
+            slots[slot.slot_id], lines[slot.slot_id] = slot, line
+        return cls(slots.values())

@@ -10,9 +10,9 @@ import random
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from rla_core.errors import UserError
+from rla_core.errors import BadValue, UserError
 from rla_core.registry import Registry
-from rla_core.schemas import CriticFeedback
+from rla_core.schemas import CriticFeedback, Task
 
 
 class SpecError(UserError, ValueError):
@@ -122,3 +122,16 @@ def register_environment(family: EnvironmentFamily) -> EnvironmentFamily:
 
 def get_environment(name: str) -> EnvironmentFamily:
     return ENVIRONMENTS.get(name)
+
+
+def check_task_lines(numbered: list[tuple[int, Task]], family: EnvironmentFamily, horizon: int | None,
+                     where: str) -> None:
+    """Each (line, task) of a task file is for `family` and has a valid spec at `horizon`; else one
+    error `where:LINE: task ID: what is wrong`."""
+    for line, task in numbered:
+        if task.env != family.name:
+            raise BadValue(f"{where}:{line}: task {task.task_id} is for '{task.env}', not '{family.name}'")
+        try:
+            family.validate(task.spec, horizon)
+        except SpecError as err:
+            raise SpecError(f"{where}:{line}: task {task.task_id}: {err}") from None

@@ -25,6 +25,12 @@ class Generation:
     text: str  # decoded without special tokens
     logprobs: list[float] = field(default_factory=list)  # model log-probs (temperature 1) of token_ids
 
+    def __post_init__(self) -> None:
+        # Whatever a tokenizer decoded, the text must be storable as UTF-8 JSON: a lone surrogate (which
+        # no UTF-8 holds, and pydantic refuses to write) becomes U+FFFD. Valid text is left as it is.
+        if not self.text.isascii():
+            self.text = self.text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
 
 class RolloutEngine(Protocol):
     def generate(

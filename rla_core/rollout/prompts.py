@@ -42,5 +42,9 @@ def parse_action(text: str, commands: list[str]) -> str | None:
     found = BOXED.findall(text)
     if not found:
         return None
-    index = int(found[0])
+    number = found[0]
+    digits = number.lstrip("-").lstrip("0") or "0"
+    if number.startswith("-") or len(digits) > 18:  # out of range; int() refuses more than 4,300 digits
+        return None
+    index = int(digits)
     return commands[index - 1] if 1 <= index <= len(commands) else None

@@ -1,15 +1,19 @@
 """End to end on micro sizes: the training flow through Prefect (ephemeral test harness), MLflow,
-DVC and the gates. Asserts real effects: parameters changed, metrics logged, outputs versioned, and a
-corrupted batch stopped before any model is updated."""
+DVC and the gates. Asserts real effects: parameters changed, metrics logged, outputs versioned, the
+lineage of every registered version, `rla eval` reproducing the logged evaluation, and a corrupted
+batch stopped before any model is updated."""
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+import subprocess
 
 import pytest
 import torch
 
 from flows.rl_iteration import rl_iteration
-from flows.train import train
+from flows.train import evaluate_run, train
 from rla_core.config import DeepSpeedConfig
 from rla_core.models.factory import load_pretrained
 from rla_core.schemas import TrainingSample
@@ -18,15 +22,35 @@ from tasks.iteration import adapt, data, judge, rollout, select
 from tasks.paths import RunPaths, run_config
 from tasks.training import train_role
 from tasks.storage import read_records, write_records
-from tasks.tracking import read_metrics
-from tasks.versioning import restore, tracked_hashes
+from tasks import versioning
+from tasks.commit import commit
+from tasks.paths import ROLES
+from tasks.storage import read_json
+from tasks.tracking import model_name, read_metrics
+from tasks.tracking_tasks import tracker_for
+from tasks.versioning import config_hash, restore, tracked_hashes
+
+TWO_EVALUATED = ["run.name=micro", "run.iterations=2", "run.eval_every=1"]  # iteration 1 non-final, 2 final
 
 
 @pytest.fixture(scope="module")
 def trained_run(harness, micro, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    result = train(None, micro + [f"run.output_dir={out}", "run.name=micro"])
+    result = train(None, micro + [f"run.output_dir={out}"] + TWO_EVALUATED)
     return RunPaths.of(result["run_dir"])
+
+
+def _overrides(micro, paths):
+    return micro + [f"run.output_dir={paths.root.parent}"] + TWO_EVALUATED
+
+
+def _versions(paths, role):
+    """{iteration: ModelVersion} of the run's registered `role` versions (one per iteration, or it fails)."""
+    tracker = tracker_for(str(paths.root))
+    found = tracker.client.search_model_versions(f"name = '{model_name(role)}'")
+    by_iteration = {int(v.tags["iteration"]): v for v in found}
+    assert len(by_iteration) == len(found), f"duplicate versions: {[(v.version, v.tags) for v in found]}"
+    return by_iteration
 
 
 def _params(path):
@@ -63,8 +87,124 @@ def test_dvc_tracks_and_restores_the_iteration_outputs(trained_run):
     assert (store / "slots.jsonl").read_text() == original
 
 
+def test_registered_versions_carry_their_lineage(trained_run):
+    paths = trained_run
+    tracker = tracker_for(str(paths.root))
+    head = subprocess.run(["git", "-C", str(versioning._CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    commit_expected = head.stdout.strip() if head.returncode == 0 else "unknown"
+    config = config_hash(run_config(paths.root))
+    for role in ROLES:
+        versions = _versions(paths, role)
+        assert sorted(versions) == [1, 2]
+        for k, version in versions.items():
+            it, tags = paths.it(k), version.tags
+            data_version = it.complete.read_text().strip()
+            assert tags["run"] == "micro" and tags["iteration"] == str(k) and tags["data_version"] == data_version
+            assert tags["git_commit"] == commit_expected and tags["git_dirty"] in ("true", "false", "unknown")
+            assert tags["config_hash"] == config
+            assert tags["dvc.store"] == tracked_hashes(paths.root, [it.store])[paths.rel(it.store)]
+            assert tags["dvc.batch"] == hashlib.md5(it.batch(role).read_bytes()).hexdigest()
+            assert tags["dvc.model"] == tracked_hashes(paths.root, [it.model(role)])[paths.rel(it.model(role))]
+            assert tags["parent_version"] == ("bootstrap" if k == 1 else str(versions[k - 1].version))
+            logged = read_json(it.eval_metrics)  # eval_every=1: both iterations evaluated in the loop
+            assert float(tags["heldout.success_rate"]) == logged["heldout/success_rate"]
+            assert float(tags["heldout.invalid_rate"]) == logged["heldout/invalid_rate"]
+            assert version.run_id == tracker.iteration_run(k)
+            run_tags = tracker.client.get_run(version.run_id).data.tags
+            assert {key: run_tags[key] for key in ("data_version", "git_commit", "git_dirty", "config_hash")} == {
+                "data_version": data_version, "git_commit": tags["git_commit"], "git_dirty": tags["git_dirty"],
+                "config_hash": config}
+        aliases = {a: str(v) for a, v in tracker.client.get_registered_model(model_name(role)).aliases.items()}
+        best = max(versions, key=lambda k: (float(versions[k].tags["heldout.success_rate"]), -k))
+        assert aliases == {"newest": str(versions[2].version), "best": str(versions[best].version)}
+
+
+def test_resumed_commit_registers_no_second_version(trained_run):
+    paths, name = trained_run, model_name("policy")
+    tracker = tracker_for(str(paths.root))
+    before = {role: {k: v.version for k, v in _versions(paths, role).items()} for role in ROLES}
+    aliases = tracker.client.get_registered_model(name).aliases
+    shutil.rmtree(paths.stage(2, "commit"))  # as if interrupted after registering, before COMPLETE
+    summary = commit.run_here(str(paths.root), 2)
+    assert {role: int(info["version"]) for role, info in summary["registered"].items()} == {
+        role: before[role][2] for role in ROLES}
+    assert {role: {k: v.version for k, v in _versions(paths, role).items()} for role in ROLES} == before
+    assert tracker.client.get_registered_model(name).aliases == aliases
+
+
+def test_rla_eval_reproduces_the_logged_evaluation_and_logs_it(trained_run, micro):
+    paths = trained_run
+    tracker = tracker_for(str(paths.root))
+    policy_v1 = _versions(paths, "policy")[1]
+    for key in [key for key in policy_v1.tags if key.startswith("heldout.")]:  # as if evaluated only later
+        tracker.client.delete_model_version_tag(model_name("policy"), str(policy_v1.version), key)
+    for k in (1, 2):  # 1: an in-loop evaluation without the final passes; 2: the last one, with them
+        logged = read_json(paths.it(k).eval_metrics)
+        assert evaluate_run(None, _overrides(micro, paths), iteration=k) == logged
+        shutil.rmtree(paths.root / "eval" / f"iter_{k:04d}")  # recomputed, not read back
+        assert evaluate_run(None, _overrides(micro, paths), iteration=k) == logged
+        assert evaluate_run(None, _overrides(micro, paths), iteration=k) == logged  # stored this time
+        for run_id in (tracker.iteration_run(k), tracker.run_id):
+            history = tracker.client.get_metric_history(run_id, "eval/heldout/success_rate")
+            assert [(m.step, m.value) for m in history if m.step == k] == [(k, logged["heldout/success_rate"])]
+    assert "heldout/judge_p_pos" not in read_json(paths.it(1).eval_metrics)
+    assert "heldout/judge_p_pos" in read_json(paths.it(2).eval_metrics)
+    tags = tracker.client.get_model_version(model_name("policy"), str(policy_v1.version)).tags
+    assert float(tags["heldout.success_rate"]) == read_json(paths.it(1).eval_metrics)["heldout/success_rate"]
+
+
+def _tree_hashes(root, rels):
+    import hashlib
+
+    out = {}
+    for rel in rels:
+        path = root / rel
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for f in files:
+            out[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def test_reproduce_iteration_2_from_the_remote_alone(trained_run, tmp_path):
+    """The record of iteration 2 and the DVC remote are enough: its inputs are restored into a scratch
+    folder, its stages re-run there, and every output file and metric equals the recorded one. A record
+    altered by one metric is reported as a difference (the comparison can fail)."""
+    import json
+    import shutil
+
+    from tasks.reproduce import compare, read_record, record_name, reproduce
+    from tasks.versioning import default_remote
+
+    remote = default_remote(trained_run.root)
+    result = reproduce(trained_run.root, 2, remote, tmp_path / "scratch")
+    assert result["diffs"] == [] and result["files"] >= 15 and result["metrics"] >= 30, result["diffs"]
+    record = read_record(remote, 2)
+    assert set(record["outputs"]) == {"select", "rollout", "judge", "adapt", "data", "validate", "train_policy",
+                                      "train_judge", "evaluate"}
+    # the original run folder was only read
+    assert not (trained_run.root.parent / f"{trained_run.root.name}.reproduce-iter_0002").exists()
+    altered = json.loads(json.dumps(record["outputs"]))
+    key = next(iter(altered["rollout"]["metrics"]))
+    altered["rollout"]["metrics"][key] += 1.0
+    got = {name: {"files": v["files"], "metrics": v["metrics"]} for name, v in record["outputs"].items()}
+    assert [d[:2] for d in compare(altered, got)] == [("rollout", key)]
+    shutil.rmtree(tmp_path / "scratch")
+    assert record_name(2) == "rla-records/iter_0002.json"
+
+
+def test_restore_checks_out_an_iteration_into_an_empty_folder(trained_run, tmp_path):
+    from tasks.reproduce import read_record, restore_from_record
+    from tasks.versioning import default_remote
+
+    remote = default_remote(trained_run.root)
+    target = tmp_path / "restored"
+    pulled = restore_from_record(read_record(remote, 2), target, remote)
+    assert "iterations/iter_0002/train_policy/model" in pulled and "models/bootstrap" in pulled
+    assert _tree_hashes(target, pulled) == _tree_hashes(trained_run.root, pulled)
+
+
 def test_corrupted_batch_is_stopped_before_any_model_update(trained_run):
-    run_dir, k = str(trained_run.root), 2
+    run_dir, k = str(trained_run.root), 3
     for stage in (select, rollout, judge, adapt, data):
         stage.run_here(run_dir, k)
     batch = trained_run.stage(k, "data") / "policy.jsonl"
@@ -76,7 +216,7 @@ def test_corrupted_batch_is_stopped_before_any_model_update(trained_run):
         rl_iteration(run_dir, k)
     assert not (trained_run.stage(k, "train_policy")).exists()
     assert not (trained_run.stage(k, "train_judge")).exists()
-    assert trained_run.model_dir(k + 1, "policy") == trained_run.stage(1, "train_policy") / "model"
+    assert trained_run.model_dir(k + 1, "policy") == trained_run.stage(k - 1, "train_policy") / "model"
     assert json.loads((trained_run.stage(k, "validate") / "report.json").read_text())["policy_batch"]["success"] is False
     assert "gates/policy_batch_failed" in read_metrics(trained_run.root)
 

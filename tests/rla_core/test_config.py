@@ -103,3 +103,26 @@ def test_every_config_field_has_a_description():
     fields = dict(_fields(Config))
     assert "rollout.vllm.weight_sync" in fields and "models.environment.hidden_size" in fields  # recursion works
     assert [name for name, info in fields.items() if not (info.description or "").strip()] == []
+
+
+def test_config_differences_name_nested_keys_and_leave_out_what_a_run_may_change():
+    from rla_core.config import config_differences
+
+    old = load_config(None, ["environment.knobs={rooms: 2}"])
+    same = load_config(None, ["environment.knobs={rooms: 2}", "run.iterations=9", "run.output_dir=elsewhere",
+                              "orchestration.gpu_deployment=rla-stage/gpu"])
+    assert config_differences(old, same) == []
+    new = load_config(None, ["environment.knobs={rooms: 3, closed: 1}", "rollout.n=4"])
+    assert config_differences(old, new) == ["environment.knobs.rooms", "rollout.n", "environment.knobs.closed"]
+
+
+@pytest.mark.parametrize("text, where", [
+    ("run:\n  name: x\n  seed: 3: 4\n", "x.yaml:3: mapping values are not allowed here"),
+    ("run:\n\tname: x\n", "x.yaml:2: found character '\\t'"),
+    ("run: [1, 2\n", "x.yaml:1: expected ',' or ']'"),  # the file ends inside the list: the line that opened it
+])
+def test_yaml_errors_name_the_file_and_line_in_one_line(tmp_path, text, where):
+    (tmp_path / "x.yaml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config([tmp_path / "x.yaml"])
+    assert str(err.value).startswith(f"{tmp_path}/{where}") and "\n" not in str(err.value)

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 import urllib.request
 from pathlib import Path
 
@@ -269,3 +270,84 @@ def test_resume_from_an_empty_folder_downloads_instead_of_recomputing(s3_run, en
     assert result["iterations"] == {} and RunPaths.of(result["run_dir"]).is_complete(1)
     judge_config = "models/bootstrap/judge/config.json"
     assert _md5(fresh.root / judge_config) == _md5(s3_run.root / judge_config)
+
+
+# ---------------------------------------------------------------- faults
+def _failing_sends(store: S3Store, operation: str, failures: int):
+    """Make the next `failures` HTTP sends of `operation` fail as a dropped connection (inside botocore,
+    so its own retries and ours both see a real transport error). Returns (counter, unregister)."""
+    from botocore.exceptions import EndpointConnectionError
+
+    count = {"sends": 0}
+
+    def drop(request, **_):
+        count["sends"] += 1
+        if count["sends"] <= failures:
+            raise EndpointConnectionError(endpoint_url=request.url)
+
+    event = f"before-send.s3.{operation}"
+    store.client.meta.events.register(event, drop)
+    return count, lambda: store.client.meta.events.unregister(event, drop)
+
+
+def test_transient_s3_errors_are_retried_with_backoff_and_nothing_is_lost(endpoint, tmp_path, monkeypatch):
+    import tasks.object_store as object_store
+
+    waits: list[float] = []
+    monkeypatch.setattr(object_store, "RETRY_DELAYS_S", (0.01, 0.02, 0.04))
+    monkeypatch.setattr(object_store, "time", types.SimpleNamespace(sleep=waits.append))  # ours only
+    store = _store(tmp_path / "a", endpoint, prefix="flaky")
+    folder = _stage(tmp_path / "a")
+    # 5 dropped sends: botocore's 3 attempts fail once (our first back-off), then 2 more fail and the 6th goes
+    count, unregister = _failing_sends(store, "PutObject", failures=5)
+    try:
+        assert store.push_dir(folder) == 3
+    finally:
+        unregister()
+    assert count["sends"] == 5 + 3  # the 3 files, after the 5 failures
+    assert waits == [0.01]  # botocore gave up once (3 sends), we backed off once; its retries did the rest
+    other = _store(tmp_path / "b", endpoint, prefix="flaky")
+    assert other.pull_dir(tmp_path / "b" / "iterations" / "iter_0001" / "rollout")
+    assert _tree(tmp_path / "b" / "iterations" / "iter_0001" / "rollout") == {
+        k: v for k, v in _tree(folder).items() if not k.startswith(".")}
+
+
+def test_s3_down_for_good_fails_in_one_line_and_the_retry_of_the_stage_uploads_it(endpoint, tmp_path, monkeypatch):
+    import tasks.object_store as object_store
+
+    monkeypatch.setattr(object_store, "RETRY_DELAYS_S", (0.0, 0.0))
+    monkeypatch.setattr(object_store, "time", types.SimpleNamespace(sleep=lambda s: None))
+    store = _store(tmp_path / "a", endpoint, prefix="down")
+    folder = _stage(tmp_path / "a")
+    before = _tree(folder)
+    count, unregister = _failing_sends(store, "PutObject", failures=10**6)
+    try:
+        with pytest.raises(StorageError) as error:
+            store.push_dir(folder)
+    finally:
+        unregister()
+    message = str(error.value)
+    assert "\n" not in message and "after 3 attempts" in message and "s3://rla-test/down/run/" in message
+    assert _tree(folder) == before  # nothing local was touched
+    rel = "iterations/iter_0001/rollout"
+    assert not store.exists(f"{rel}/{DONE_MARKER}")  # so no other machine takes it as complete
+    # the store is back: the stage's next attempt finds _DONE here but not in S3, and uploads the folder
+    assert store.ensure_pushed(folder) == 3
+    assert store.exists(f"{rel}/{DONE_MARKER}")
+    assert store.ensure_pushed(folder) == 0
+
+
+def test_forbidden_is_not_retried(endpoint, tmp_path, monkeypatch):
+    import tasks.object_store as object_store
+    from botocore.exceptions import ClientError
+
+    calls = []
+
+    def forbidden():
+        calls.append(1)
+        raise ClientError({"Error": {"Code": "403", "Message": "Forbidden"}}, "PutObject")
+
+    monkeypatch.setattr(object_store, "time", types.SimpleNamespace(sleep=lambda s: None))
+    with pytest.raises(ClientError):
+        object_store.with_retries("upload", forbidden)
+    assert len(calls) == 1

@@ -15,6 +15,7 @@ from tasks.tracking import (
     Tracker,
     experiment_ui_url,
     flatten,
+    heldout_tags,
     read_metrics,
     read_params,
 )
@@ -133,6 +134,52 @@ def test_register_checkpoint_tags_idempotent_and_download(tmp_path, shared_uri):
 
     off = Tracker(tmp_path / "reg", TrackingConfig(mlflow_uri=shared_uri, experiment="reg", register_models=False))
     assert off.register_checkpoint(model_dir, "rla-policy", iteration=3) is None
+
+
+def test_lineage_tags_resume_and_aliases(tmp_path, shared_uri):
+    """Lineage tags are not identity: a resumed registration from another commit returns the same version
+    and keeps its tags; `newest` follows the iteration, `best` the held-out success (ties: earlier)."""
+    tracker = Tracker(tmp_path / "alias", TrackingConfig(mlflow_uri=shared_uri, experiment="alias"), run_name="al")
+    model_dir = _tiny_checkpoint(tmp_path / "model")
+    name = "rla-alias"
+
+    def register(k, **tags):
+        return tracker.register_checkpoint(model_dir, name, iteration=k, data_version=f"d{k}", tags=tags)["version"]
+
+    v1 = register(1, git_commit="aaa", parent_version="bootstrap", **heldout_tags({"heldout/success_rate": 0.25}))
+    assert tracker.update_aliases(name) == {"newest": v1, "best": v1}
+    v2 = register(2, git_commit="aaa", parent_version=v1, **heldout_tags({"heldout/success_rate": 0.5}))
+    v3 = register(3, git_commit="aaa", parent_version=v2, **heldout_tags({"heldout/success_rate": 0.5}))  # a tie
+    v4 = register(4, git_commit="aaa", parent_version=v3)  # not evaluated
+    assert tracker.update_aliases(name) == {"newest": v4, "best": v2}
+    aliases = tracker.client.get_registered_model(name).aliases
+    assert {alias: str(version) for alias, version in aliases.items()} == {"newest": v4, "best": v2}
+    assert tracker.client.get_model_version_by_alias(name, "best").tags["heldout.success_rate"] == "0.5"
+
+    # resume: same run/iteration/data_version from another commit -> the same version, its tags kept,
+    # missing ones added; the aliases do not move
+    assert register(2, git_commit="bbb", extra="x") == v2
+    tags = tracker.client.get_model_version(name, v2).tags
+    assert tags["git_commit"] == "aaa" and tags["extra"] == "x" and tags["parent_version"] == v1
+    assert len(tracker.client.search_model_versions(f"name = '{name}'")) == 4
+    assert tracker.update_aliases(name) == {"newest": v4, "best": v2}
+    assert tracker.find_version(name, 3)["version"] == v3 and tracker.find_version(name, 9) is None
+
+    # a later evaluation of iteration 4 (`rla eval`) tags it and moves `best`
+    tracker.set_version_tags(name, v4, heldout_tags({"heldout/success_rate": 0.75, "bench/balanced_acc": 0.6}))
+    assert tracker.client.get_model_version(name, v4).tags["bench.balanced_acc"] == "0.6"
+    assert tracker.update_aliases(name) == {"newest": v4, "best": v4}
+    # a run ranks its own versions only, whatever other runs registered in a shared registry
+    other = Tracker(tmp_path / "other", TrackingConfig(mlflow_uri=shared_uri, experiment="alias"), run_name="other")
+    other.register_checkpoint(model_dir, name, iteration=7, data_version="d7",
+                              tags=heldout_tags({"heldout/success_rate": 1.0}))
+    assert tracker.update_aliases(name) == {"newest": v4, "best": v4}
+
+
+def test_heldout_tags_round_trip():
+    tags = heldout_tags({"heldout/success_rate": 1 / 3, "bench/p_pos": 0.5, "heldout/episodes": 8, "note": "x"})
+    assert tags == {"heldout.success_rate": repr(1 / 3), "bench.p_pos": "0.5", "heldout.episodes": "8.0"}
+    assert float(tags["heldout.success_rate"]) == 1 / 3
 
 
 def test_flatten():

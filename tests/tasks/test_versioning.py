@@ -1,6 +1,7 @@
 """DVC versioning of a run folder that sits inside a git repo with its own DVC project at the root."""
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -8,7 +9,19 @@ from pathlib import Path
 import pytest
 from dvc.repo import Repo
 
-from tasks.versioning import data_version, default_remote, init_run_repo, restore, track, tracked_hashes
+from rla_core.config import Config
+from tasks import versioning
+from tasks.versioning import (
+    config_hash,
+    data_version,
+    default_remote,
+    git_state,
+    init_run_repo,
+    restore,
+    track,
+    tracked_file_hash,
+    tracked_hashes,
+)
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
@@ -102,3 +115,59 @@ def test_bad_paths_raise(run_dir, tmp_path):
         track(run_dir, [tmp_path])
     with pytest.raises(FileNotFoundError, match="not tracked"):
         restore(run_dir, "models/bootstrap/policy")
+
+
+def test_tracked_file_hash_reads_a_file_inside_a_tracked_folder(run_dir):
+    """A batch (data/policy.jsonl) has no .dvc of its own: its md5 comes from the folder's manifest."""
+    init_run_repo(run_dir)
+    data = run_dir / "iterations" / "iter_0001" / "data"
+    data.mkdir()
+    (data / "policy.jsonl").write_text('{"advantage": 1.0}\n')
+    (data / "judge.jsonl").write_text('{"advantage": -1.0}\n')
+    store = run_dir / "iterations" / "iter_0001" / "adapt" / "store"
+    hashes = track(run_dir, [data, store])
+    assert tracked_file_hash(run_dir, store) == hashes["iterations/iter_0001/adapt/store"]
+    policy_md5 = hashlib.md5((data / "policy.jsonl").read_bytes()).hexdigest()
+    assert tracked_file_hash(run_dir, data / "policy.jsonl") == policy_md5
+    assert tracked_file_hash(run_dir, data / "judge.jsonl") != tracked_file_hash(run_dir, data / "policy.jsonl")
+    with pytest.raises(FileNotFoundError, match="not in the DVC-tracked"):
+        tracked_file_hash(run_dir, data / "absent.jsonl")
+    shutil.rmtree(run_dir / ".dvc" / "cache")  # no manifest: the file's own md5, which DVC records
+    assert tracked_file_hash(run_dir, data / "policy.jsonl") == policy_md5
+    with pytest.raises(FileNotFoundError, match="not tracked by DVC"):
+        tracked_file_hash(run_dir, run_dir / "models" / "bootstrap" / "policy" / "config.json")
+
+
+def test_git_state_of_this_checkout_or_unknown(tmp_path, monkeypatch):
+    checkout = Path(versioning.__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    state = git_state()
+    if head.returncode == 0:
+        dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip() != ""
+        assert state == {"git_commit": head.stdout.strip(), "git_dirty": str(dirty).lower()}
+    else:
+        assert state == {"git_commit": "unknown", "git_dirty": "unknown"}
+    monkeypatch.setattr(versioning, "_CHECKOUT", tmp_path)  # a copied tree: no repository
+    assert git_state() == {"git_commit": "unknown", "git_dirty": "unknown"}
+    nested = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(nested)], check=True)
+    monkeypatch.setattr(versioning, "_CHECKOUT", nested / "site-packages")  # inside another repository
+    (nested / "site-packages").mkdir()
+    assert git_state() == {"git_commit": "unknown", "git_dirty": "unknown"}
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no git at all
+    assert git_state() == {"git_commit": "unknown", "git_dirty": "unknown"}
+
+
+def test_config_hash_ignores_what_may_change_to_continue_a_run():
+    cfg = Config()
+    base = config_hash(cfg)
+    assert len(base) == 64 and base == config_hash(Config())
+    run = cfg.run.model_copy(update={"iterations": cfg.run.iterations + 7, "output_dir": "/elsewhere"})
+    assert config_hash(cfg.model_copy(update={"run": run})) == base
+    routed = cfg.orchestration.model_copy(update={"gpu_deployment": "rla-stage/gpu"})
+    assert config_hash(cfg.model_copy(update={"orchestration": routed})) == base
+    seed = cfg.run.model_copy(update={"seed": cfg.run.seed + 1})
+    assert config_hash(cfg.model_copy(update={"run": seed})) != base
+    rollout = cfg.rollout.model_copy(update={"n": cfg.rollout.n + 1})
+    assert config_hash(cfg.model_copy(update={"rollout": rollout})) != base

@@ -1,0 +1,281 @@
+"""Restore and reproduce any iteration from the DVC remote alone.
+
+At the end of iteration 0 (the `version_start` stage: seed store, held-out tasks, initial and warm-started
+models, baseline) and of every iteration k (its `commit` stage), a **record** goes to the run's DVC remote
+under `rla-records/iter_<k>.json`, beside DVC's content-addressed objects:
+
+  config       the run's config.yaml text;
+  pointers     the `.dvc` files of everything iteration k reads (the run-level folders, the task store
+               and models it starts from) and of what it wrote (task store, batches, checkpoints);
+  markers      the small files that tell iteration k where its inputs are (`_DONE` of the previous
+               iteration's adapt/train stages, its COMPLETE);
+  outputs      per stage folder of iteration k: sha256 of every file and the stage's metrics.
+
+`rla restore` writes the pointers and markers of iteration k into a folder and pulls the files from the
+remote. `rla reproduce` restores iteration k's inputs into a scratch folder, re-runs its stages there
+(in-process, without Prefect) and compares every output file and metric with the record; on CPU they are
+identical. Nothing here needs the original run folder or git: a fresh clone and the remote suffice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+from rla_core.config import Config, config_to_yaml, load_config
+from rla_core.errors import BadValue, MissingFile
+from rla_core.fileio import atomic_write_text
+from tasks.object_store import dvc_remote_options
+from tasks.paths import ROLES, RunPaths
+from tasks.stage import stage
+from tasks.storage import DONE_MARKER, done_summary, is_done
+from tasks.versioning import DVC_SUFFIX, _open, data_version, default_remote, init_run_repo, track
+
+RECORDS = "rla-records"
+START = 0  # iteration 0: what the loop starts from
+START_FOLDERS = ("seed", "models/init", "models/bootstrap", "baseline")
+TIMING = ("seconds", "time/", "_per_s", "elapsed")  # metric keys that measure time, not results
+
+
+def _clean_metrics(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if not any(t in k for t in TIMING)}
+
+
+def _untimed(tree: object) -> object:
+    if isinstance(tree, dict):
+        return {k: _untimed(v) for k, v in tree.items() if not any(t in str(k) for t in TIMING)}
+    if isinstance(tree, list):
+        return [_untimed(v) for v in tree]
+    return tree
+
+
+def _sha256(path: Path) -> str:
+    """sha256 of the file's bytes; of a JSON file, of its content without timing keys (gate reports
+    record how long each check took)."""
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            data = None
+        if data is not None:
+            text = json.dumps(_untimed(data), sort_keys=True, separators=(",", ":"))
+            return hashlib.sha256(text.encode()).hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def folder_outputs(folder: Path) -> dict:
+    """{"files": {relative path: sha256 (see _sha256)} (every file but _DONE, DVC pointers, temp files),
+    "metrics": the stage's metrics without timings}."""
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if (path.is_file() and path.name != DONE_MARKER and not path.name.endswith(DVC_SUFFIX)
+                and not any(part.startswith(".") for part in rel.parts)):
+            files[rel.as_posix()] = _sha256(path)
+    summary = done_summary(folder) if is_done(folder) else {}
+    return {"files": files, "metrics": _clean_metrics(summary.get("metrics", {}))}
+
+
+def _pointer(paths: RunPaths, path: Path) -> tuple[str, str] | None:
+    dvc = path.parent / f"{path.name}{DVC_SUFFIX}"
+    return (paths.rel(dvc), dvc.read_text()) if dvc.is_file() else None
+
+
+def _inputs(paths: RunPaths, k: int) -> tuple[list[Path], list[Path]]:
+    """(tracked paths, marker files) that iteration k reads."""
+    tracked = [paths.root / folder for folder in START_FOLDERS]
+    markers: list[Path] = []
+    if k > 1:
+        tracked.append(paths.store_dir(k))
+        tracked += [paths.model_dir(k, role) for role in ROLES]
+        prev = paths.it(k - 1)
+        markers += [prev.stage("adapt") / DONE_MARKER, prev.complete]
+        markers += [prev.trained(role) / DONE_MARKER for role in ROLES]
+    return tracked, markers
+
+
+def build_record(paths: RunPaths, cfg: Config, k: int, stage_names: list[str]) -> dict:
+    """The record of iteration k (k = 0: the run's start), from the run folder as it is now."""
+    tracked, markers = _inputs(paths, k) if k else ([], [])
+    if k:
+        it = paths.it(k)
+        tracked += [it.store, it.data] + [it.model(role) for role in ROLES if it.model(role).is_dir()]
+        folders = {name: it.stage(name) for name in stage_names}
+    else:
+        tracked += [paths.root / folder for folder in START_FOLDERS]
+        folders = {folder: paths.root / folder for folder in START_FOLDERS}
+    pointers = dict(p for p in (_pointer(paths, t) for t in dict.fromkeys(tracked)) if p)
+    return {
+        "run": cfg.run.name, "iteration": k, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": paths.config.read_text(),
+        "pointers": pointers,
+        "markers": {paths.rel(m): m.read_text() for m in markers if m.is_file()},
+        "outputs": {name: folder_outputs(folder) for name, folder in folders.items() if folder.is_dir()},
+    }
+
+
+# ------------------------------------------------------------------ the remote's record shelf
+def _s3_parts(url: str) -> tuple[str, str]:
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    return bucket, prefix.strip("/")
+
+
+def record_name(k: int) -> str:
+    return f"{RECORDS}/iter_{k:04d}.json"
+
+
+def publish_record(remote: str, record: dict, options: dict[str, str] | None = None) -> str:
+    """Write the record into the DVC remote (a local folder or s3://bucket/prefix); returns its location."""
+    text = json.dumps(record, indent=1, sort_keys=True)
+    name = record_name(record["iteration"])
+    if remote.startswith("s3://"):
+        from tasks.object_store import s3_client, with_retries
+
+        bucket, prefix = _s3_parts(remote)
+        key = f"{prefix}/{name}" if prefix else name
+        client = s3_client((options or {}).get("endpointurl"), (options or {}).get("region"))
+        with_retries(f"upload of s3://{bucket}/{key}", lambda: client.put_object(Bucket=bucket, Key=key,
+                                                                               Body=text.encode()))
+        return f"s3://{bucket}/{key}"
+    if "://" in remote:
+        raise BadValue(f"records can be kept in a local or s3:// DVC remote, not {remote}")
+    return str(atomic_write_text(Path(remote) / name, text))
+
+
+def read_record(remote: str, k: int, options: dict[str, str] | None = None) -> dict:
+    name = record_name(k)
+    if remote.startswith("s3://"):
+        from botocore.exceptions import ClientError
+
+        from tasks.object_store import s3_client
+
+        bucket, prefix = _s3_parts(remote)
+        client = s3_client((options or {}).get("endpointurl"), (options or {}).get("region"))
+        try:
+            body = client.get_object(Bucket=bucket, Key=f"{prefix}/{name}" if prefix else name)["Body"].read()
+        except ClientError:
+            raise MissingFile(f"no record of iteration {k} in {remote} ({name})") from None
+        return json.loads(body)
+    path = Path(remote) / name
+    if not path.is_file():
+        have = sorted(p.stem for p in (Path(remote) / RECORDS).glob("iter_*.json"))
+        raise MissingFile(f"no record of iteration {k} in the DVC remote {remote} (has: {have or 'none'}); "
+                          "records are written when an iteration completes with versioning.dvc on")
+    return json.loads(path.read_text())
+
+
+def remote_of(cfg: Config, run_dir: Path) -> str:
+    return cfg.versioning.remote or default_remote(run_dir)
+
+
+def publish_iteration_record(paths: RunPaths, cfg: Config, k: int) -> str:
+    """Iteration k's record (its stage folders but the committing one) into the run's DVC remote."""
+    names = [p.name for p in sorted(paths.iteration(k).iterdir()) if p.is_dir() and p.name != "commit"]
+    return publish_record(remote_of(cfg, paths.root), build_record(paths, cfg, k, names), dvc_remote_options(cfg))
+
+
+@stage(scope="run", folder="versions/start")
+def version_start(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
+    """Iteration 0 under DVC: the seed store and held-out tasks, the initial and warm-started models and
+    the baseline, tracked and pushed, and their record in the remote (`rla reproduce --iteration 0`)."""
+    if not cfg.versioning.dvc:
+        return {"metrics": {}}
+    init_run_repo(paths.root, cfg.versioning.remote, dvc_remote_options(cfg))
+    folders = [paths.root / folder for folder in START_FOLDERS]
+    track(paths.root, folders)
+    where = publish_record(remote_of(cfg, paths.root), build_record(paths, cfg, START, []), dvc_remote_options(cfg))
+    return {"data_version": data_version(paths.root, folders), "record": where, "metrics": {}}
+
+
+# ------------------------------------------------------------------ restore and reproduce
+def restore_from_record(record: dict, target: Path, remote: str, options: dict[str, str] | None = None,
+                        inputs_only: bool = False) -> list[str]:
+    """Write the record's config, pointers and markers into `target` and pull the files from `remote`.
+    With `inputs_only`, only what the iteration reads (not its own outputs). Returns the pulled paths."""
+    target.mkdir(parents=True, exist_ok=True)
+    if not (target / "config.yaml").is_file():
+        atomic_write_text(target / "config.yaml", record["config"])
+    init_run_repo(target, remote, options)
+    pointers = record["pointers"]
+    if inputs_only:
+        outputs = f"iterations/iter_{record['iteration']:04d}/"
+        pointers = {rel: text for rel, text in pointers.items() if not rel.startswith(outputs)}
+        if record["iteration"] == START:
+            pointers = {}
+    for rel, text in pointers.items():
+        atomic_write_text(target / rel, text)
+    for rel, text in record["markers"].items():
+        atomic_write_text(target / rel, text)
+    if pointers:
+        with _open(target.resolve()) as repo:
+            repo.pull(targets=[str(target / rel) for rel in pointers], force=True)
+    return sorted(rel.removesuffix(DVC_SUFFIX) for rel in pointers)
+
+
+def _scratch_config(record: dict, scratch: Path) -> str:
+    """The record's config, kept local to the scratch folder: own MLflow store, local storage, and a DVC
+    remote of its own (the original remote is only read)."""
+    source = scratch / ".record-config.yaml"
+    source.write_text(record["config"])
+    cfg = load_config([str(source)], ["tracking.mlflow_uri=null", "tracking.artifact_location=null",
+                                      "storage.backend=local", f"versioning.remote={scratch / '.dvc-remote'}"])
+    source.unlink()
+    return config_to_yaml(cfg)
+
+
+def compare(recorded: dict, got: dict) -> list[tuple[str, str, str]]:
+    """[(folder, what, "recorded → got")] for every file hash or metric that differs."""
+    diffs = []
+    for folder, want in recorded.items():
+        have = got.get(folder, {"files": {}, "metrics": {}})
+        for rel in sorted(set(want["files"]) | set(have["files"])):
+            a, b = want["files"].get(rel, "missing"), have["files"].get(rel, "missing")
+            if a != b:
+                diffs.append((folder, rel, f"{a[:12]} → {b[:12]}"))
+        for key in sorted(set(want["metrics"]) | set(have["metrics"])):
+            a, b = want["metrics"].get(key), have["metrics"].get(key)
+            if a != b:
+                diffs.append((folder, key, f"{a} → {b}"))
+    return diffs
+
+
+def reproduce(run_dir: Path, k: int, remote: str | None = None, into: Path | None = None,
+              options: dict[str, str] | None = None) -> dict:
+    """Restore iteration k's inputs from the remote into a scratch folder, re-run it, compare with the
+    record. Returns {"scratch", "record", "diffs", "files", "metrics", "seconds"}."""
+    from flows.rl_iteration import ITERATION  # flows import this module's stage: import it late
+    from tasks.evaluation import baseline
+    from tasks.setup import bootstrap, init_models, seed
+
+    remote = remote or default_remote(run_dir)
+    record = read_record(remote, k, options)
+    scratch = into or run_dir.parent / f"{run_dir.name}.reproduce-iter_{k:04d}"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
+    (scratch / "config.yaml").write_text(_scratch_config(record, scratch))
+    start = time.perf_counter()
+    restore_from_record(record, scratch, remote, options, inputs_only=True)
+    init_run_repo(scratch, str(scratch / ".dvc-remote"))  # writes of the re-run stay in the scratch folder
+    restored_s = time.perf_counter() - start
+    paths = RunPaths.of(scratch)
+    if k == START:
+        for run_stage in (seed, init_models, bootstrap, baseline):
+            run_stage.run_here(str(scratch))
+        got = {folder: folder_outputs(paths.root / folder) for folder in START_FOLDERS}
+    else:
+        for step in ITERATION:
+            step.run_here(str(scratch), k)
+        got = {step.name: folder_outputs(paths.stage(k, step.name)) for step in ITERATION}
+    recorded = record["outputs"]
+    diffs = compare(recorded, got)
+    return {"scratch": str(scratch), "record": record_name(k), "diffs": diffs,
+            "files": sum(len(v["files"]) for v in recorded.values()),
+            "metrics": sum(len(v["metrics"]) for v in recorded.values()),
+            "restore_seconds": restored_s, "seconds": time.perf_counter() - start}

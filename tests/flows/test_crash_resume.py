@@ -1,0 +1,153 @@
+"""Crash anywhere, re-run the same command, get the same run: `rla run` is SIGKILLed at a stage boundary
+or half-way through a stage (tasks/faults.py), then re-run; its final weights, every stage's metrics
+and the MLflow metrics must equal those of an uninterrupted run bit for bit, and nothing the killed
+command started (Prefect's API server, the watcher) may outlive it.
+
+CI runs a sample of kill points (`CI_POINTS`); the full sweep — every stage of the run and of both
+iterations, at `before`, `inside` and `after` — is opt-in: `pytest -m slow tests/flows/test_crash_resume.py`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rla_core.config import PROJECT_ROOT
+from tests.flows.conftest import MICRO
+
+# micro sizes with a shorter warm-start and a cheap held-out pass (the point is resumption, not learning)
+SIZES = MICRO + ["bootstrap.demos=12", "bootstrap.policy_steps=30", "bootstrap.judge_steps=20",
+                 "eval.greedy_at_end=false", "eval.episodes_per_task=1", "run.iterations=2", "run.eval_every=1"]
+RUN_STAGES = ["seed", "init_models", "bootstrap", "baseline", "version_start"]
+ITERATION_STAGES = ["select", "rollout", "judge", "adapt", "data", "validate", "train_policy", "train_judge",
+                    "evaluate", "commit"]
+SWEEP = ([(s, p, 0) for s in RUN_STAGES for p in ("before", "inside", "after")]
+         + [(s, p, k) for k in (1, 2) for s in ITERATION_STAGES for p in ("before", "inside", "after")])
+CI_POINTS = [("rollout", "before", 1), ("train_policy", "inside", 2)]
+TIMING = ("time/", "seconds", "_per_s", "throughput")
+
+
+def _command(out: Path, name: str) -> list[str]:
+    sets = [arg for item in SIZES + [f"run.output_dir={out}", f"run.name={name}"] for arg in ("--set", item)]
+    return [sys.executable, "-m", "flows.cli", "run", "--config", str(PROJECT_ROOT / "configs" / "quickstart.yaml"),
+            "--set", "environment.heldout_file=null", "--set", "eval.judge_benchmark=null",
+            "--set", "environment.reserved_files=[]", *sets]
+
+
+def _run(out: Path, name: str, fault: str | None = None, delay: float = 0.5) -> tuple[int, str, list]:
+    """Run the command (with RLA_FAULT when given); return its exit code, output tail and the
+    processes it started (polled while it ran)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLA_FAULT")}
+    if fault:
+        env.update({"RLA_FAULT": fault, "RLA_FAULT_DELAY_S": str(delay)})
+    proc = subprocess.Popen(_command(out, name), cwd=PROJECT_ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen: dict[int, psutil.Process] = {}
+    log = []
+
+    def poll() -> None:
+        try:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                seen.setdefault(child.pid, child)
+        except psutil.Error:
+            pass
+
+    import threading
+
+    reader = threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        poll()
+        time.sleep(0.3)
+    reader.join(timeout=30)
+    return proc.returncode, "".join(log)[-3000:], list(seen.values())
+
+
+def _fingerprint(run_dir: Path) -> dict:
+    """What must be identical: every checkpoint's weights, every stage's metrics, the MLflow metrics."""
+    from tasks.tracking import read_metrics
+
+    weights = {str(f.relative_to(run_dir)): hashlib.sha256(f.read_bytes()).hexdigest()
+               for f in sorted(run_dir.rglob("*.safetensors"))}
+    stages = {}
+    for done in sorted(run_dir.rglob("_DONE")):
+        metrics = json.loads(done.read_text()).get("metrics", {})
+        stages[str(done.parent.relative_to(run_dir))] = {
+            k: v for k, v in metrics.items() if not any(t in k for t in TIMING)}
+    mlflow = {key: history for key, history in read_metrics(run_dir).items() if not any(t in key for t in TIMING)}
+    return {"weights": weights, "stages": stages, "mlflow": mlflow}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("reference")
+    code, log, _ = _run(out, "ref")
+    assert code == 0, log
+    run_dir = out / "ref"
+    seconds = {str(d.parent.relative_to(run_dir)): json.loads(d.read_text()).get("seconds", 0.0)
+               for d in run_dir.rglob("_DONE")}
+    return {"print": _fingerprint(run_dir), "seconds": seconds}
+
+
+def _stage_folder(stage: str, iteration: int) -> str:
+    if iteration:
+        return f"iterations/iter_{iteration:04d}/{stage}"
+    return {"seed": "seed", "init_models": "models/init", "bootstrap": "models/bootstrap",
+            "baseline": "baseline", "version_start": "versions/start"}[stage]
+
+
+def _kill_and_resume(reference: dict, tmp_path: Path, stage: str, point: str, iteration: int) -> None:
+    fault = f"kill:{stage}:{point}:{iteration}" if iteration else f"kill:{stage}:{point}"
+    # inside: half-way through the stage as timed in the uninterrupted run
+    delay = max(0.05, reference["seconds"].get(_stage_folder(stage, iteration), 1.0) / 2)
+    code, log, started = _run(tmp_path, "crash", fault, delay)
+    assert code == -9, f"{fault}: expected death by SIGKILL, got {code}\n{log}"
+    folder = tmp_path / "crash" / _stage_folder(stage, iteration)
+    assert (folder / "_DONE").is_file() == (point == "after"), fault
+    _, still = psutil.wait_procs(started, timeout=30)
+    assert not still, f"{fault}: outlived the killed run: {[p.cmdline() for p in still]}"
+
+    code, log, _ = _run(tmp_path, "crash")
+    assert code == 0, f"resume after {fault} failed\n{log}"
+    got = _fingerprint(tmp_path / "crash")
+    for part in ("weights", "stages", "mlflow"):
+        assert got[part] == reference["print"][part], f"{part} differ after {fault}"
+
+
+@pytest.mark.parametrize("stage,point,iteration", CI_POINTS, ids=[f"{s}-{p}-{k}" for s, p, k in CI_POINTS])
+def test_killed_run_resumes_to_identical_results(reference, tmp_path, stage, point, iteration):
+    _kill_and_resume(reference, tmp_path, stage, point, iteration)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage,point,iteration", SWEEP, ids=[f"{s}-{p}-{k}" for s, p, k in SWEEP])
+def test_sweep_every_kill_point(reference, tmp_path, stage, point, iteration):
+    _kill_and_resume(reference, tmp_path, stage, point, iteration)
+
+
+def test_second_run_on_the_same_folder_is_refused_naming_the_holder(tmp_path, capsys):
+    """The run folder's lock: held by another process, `rla run` stops at once with one line."""
+    from flows.cli import main
+
+    run_dir = tmp_path / "busy"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from tasks.runlock import hold\n"
+         f"with hold({str(run_dir)!r}):\n    print('held', flush=True); time.sleep(120)"],
+        cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code = main(["run", "--config", str(PROJECT_ROOT / "configs" / "quickstart.yaml"),
+                     "--set", f"run.output_dir={tmp_path}", "--set", "run.name=busy"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2
+        assert len(err) == 1 and f"pid {holder.pid}" in err[0] and "in use" in err[0], err
+    finally:
+        holder.kill()
+        holder.wait()
