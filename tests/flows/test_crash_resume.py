@@ -74,8 +74,16 @@ def _fingerprint(run_dir: Path) -> dict:
     """What must be identical: every checkpoint's weights, every stage's metrics, the MLflow metrics."""
     from tasks.tracking import read_metrics
 
-    weights = {str(f.relative_to(run_dir)): hashlib.sha256(f.read_bytes()).hexdigest()
-               for f in sorted(run_dir.rglob("*.safetensors"))}
+    weights: dict[str, object] = {}
+    registered = []
+    for f in sorted(run_dir.rglob("*.safetensors")):
+        rel = f.relative_to(run_dir)
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        if rel.parts[0] == "mlartifacts":  # mlartifacts/<random run id>/artifacts/checkpoints/...
+            registered.append(("/".join(rel.parts[2:]), digest))
+        else:
+            weights[str(rel)] = digest
+    weights["registered checkpoints"] = sorted(registered)
     stages = {}
     for done in sorted(run_dir.rglob("_DONE")):
         metrics = json.loads(done.read_text()).get("metrics", {})
