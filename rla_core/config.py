@@ -65,6 +65,9 @@ class RunConfig(_Section):
                             "finished run")
     eval_every: int = Field(0, ge=0, description="evaluate held-out every k iterations; 0 = only at the end")
     torch_threads: int = Field(0, ge=0, description="torch CPU threads of this process; 0 = torch default")
+    deterministic: bool = Field(True, description="torch's deterministic algorithms in every stage: with 2+ CPU "
+                                "threads an update otherwise differs run to run in the last bits, so a resumed or "
+                                "reproduced iteration would not match its record (warn-only where an op has none)")
 
 
 class EnvironmentConfig(_Section):

@@ -82,6 +82,8 @@ class Stage:
             return {**done_summary(out), "resumed": True}
         if self.scope == "iteration" and cfg.run.torch_threads:
             torch.set_num_threads(cfg.run.torch_threads)
+        # bit-identical re-runs: a multi-threaded CPU backward accumulates in a varying order otherwise
+        torch.use_deterministic_algorithms(cfg.run.deterministic, warn_only=True)
         faults.point(self.name, "before", iteration)
         if out.exists():  # what an interrupted attempt left (no _DONE): start clean, so a re-run is identical
             shutil.rmtree(out)

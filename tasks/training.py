@@ -66,6 +66,7 @@ def train_rank(payload: dict) -> dict[str, float]:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks_here))  # ranks must not oversubscribe cores
     paths = RunPaths.of(payload["run_dir"])
     cfg = run_config(payload["run_dir"])
+    torch.use_deterministic_algorithms(cfg.run.deterministic, warn_only=True)
     cfg = cfg.model_copy(update={"train": TrainConfig.model_validate(payload["train"])})
     k, role = payload["k"], payload["role"]
     return _train_here(paths, cfg, k, Path(payload["out"]), role, payload["lr"], load_batch(paths, k, role))
