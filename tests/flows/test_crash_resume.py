@@ -34,20 +34,22 @@ CI_POINTS = [("rollout", "before", 1), ("train_policy", "inside", 2)]
 TIMING = ("time/", "seconds", "_per_s", "throughput")
 
 
-def _command(out: Path, name: str) -> list[str]:
-    sets = [arg for item in SIZES + [f"run.output_dir={out}", f"run.name={name}"] for arg in ("--set", item)]
+def _command(out: Path, name: str, extra: list[str] | None = None) -> list[str]:
+    sets = [arg for item in SIZES + [f"run.output_dir={out}", f"run.name={name}"] + (extra or [])
+            for arg in ("--set", item)]
     return [sys.executable, "-m", "flows.cli", "run", "--config", str(PROJECT_ROOT / "configs" / "quickstart.yaml"),
             "--set", "environment.heldout_file=null", "--set", "eval.judge_benchmark=null",
             "--set", "environment.reserved_files=[]", *sets]
 
 
-def _run(out: Path, name: str, fault: str | None = None, delay: float = 0.5) -> tuple[int, str, list]:
+def _run(out: Path, name: str, fault: str | None = None, delay: float = 0.5, extra: list[str] | None = None,
+         while_running=None) -> tuple[int, str, list]:
     """Run the command (with RLA_FAULT when given); return its exit code, output tail and the
     processes it started (polled while it ran)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLA_FAULT")}
     if fault:
         env.update({"RLA_FAULT": fault, "RLA_FAULT_DELAY_S": str(delay)})
-    proc = subprocess.Popen(_command(out, name), cwd=PROJECT_ROOT, env=env, text=True,
+    proc = subprocess.Popen(_command(out, name, extra), cwd=PROJECT_ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     seen: dict[int, psutil.Process] = {}
     log = []
@@ -65,12 +67,14 @@ def _run(out: Path, name: str, fault: str | None = None, delay: float = 0.5) -> 
     reader.start()
     while proc.poll() is None:
         poll()
+        if while_running is not None:
+            while_running()
         time.sleep(0.3)
     reader.join(timeout=30)
     return proc.returncode, "".join(log)[-3000:], list(seen.values())
 
 
-def _fingerprint(run_dir: Path) -> dict:
+def _fingerprint(run_dir: Path, tracking_uri: str | None = None) -> dict:
     """What must be identical: every checkpoint's weights, every stage's metrics, the MLflow metrics."""
     from tasks.tracking import read_metrics
 
@@ -89,7 +93,8 @@ def _fingerprint(run_dir: Path) -> dict:
         metrics = json.loads(done.read_text()).get("metrics", {})
         stages[str(done.parent.relative_to(run_dir))] = {
             k: v for k, v in metrics.items() if not any(t in k for t in TIMING)}
-    mlflow = {key: history for key, history in read_metrics(run_dir).items() if not any(t in key for t in TIMING)}
+    mlflow = {key: history for key, history in read_metrics(run_dir, tracking_uri).items()
+              if not any(t in key for t in TIMING)}
     return {"weights": weights, "stages": stages, "mlflow": mlflow}
 
 
@@ -159,3 +164,43 @@ def test_second_run_on_the_same_folder_is_refused_naming_the_holder(tmp_path, ca
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.slow
+def test_tracking_server_down_mid_run_stops_cleanly_and_the_rerun_loses_nothing(reference, tmp_path):
+    """A real `mlflow server` is stopped once iteration 1's judge stage is done: the run stops with one
+    error line; the server comes back on the same store; the re-run completes, and weights, stage
+    metrics and the MLflow metric history equal the uninterrupted run's (which used a sqlite store)."""
+    from tests.tasks.test_tracking_faults import _free_port, _start, _stop
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    store = tmp_path / "server"
+    store.mkdir()
+    server = {"process": _start(store, port)}
+    marker = tmp_path / "down" / "iterations" / "iter_0001" / "judge" / "_DONE"
+
+    def stop_when_judged() -> None:
+        if server["process"] is not None and marker.is_file():
+            _stop(server["process"])
+            server["process"] = None
+
+    try:
+        code, log, _ = _run(tmp_path, "down", extra=[f"tracking.mlflow_uri={url}"], while_running=stop_when_judged)
+        assert code == 2, log
+        last = [line for line in log.splitlines() if line.strip()][-1]
+        assert last.startswith("rla: error: MLflow tracking server") and url in last, log
+        assert not (tmp_path / "down" / "iterations" / "iter_0001" / "COMPLETE").exists()
+        server["process"] = _start(store, port)
+        code, log, _ = _run(tmp_path, "down", extra=[f"tracking.mlflow_uri={url}"])
+        assert code == 0, log
+        got = _fingerprint(tmp_path / "down", url)
+    finally:
+        if server["process"] is not None:
+            _stop(server["process"])
+    registered = "registered checkpoints"  # under the server's artifact root here, not the run folder
+    got["weights"].pop(registered)
+    want = {k: v for k, v in reference["print"]["weights"].items() if k != registered}
+    assert got["weights"] == want, "weights differ after the tracking server was down"
+    for part in ("stages", "mlflow"):
+        assert got[part] == reference["print"][part], f"{part} differ after the tracking server was down"
