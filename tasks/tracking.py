@@ -20,7 +20,7 @@ Default store: `sqlite:///<run_dir>/mlflow.db`, artifacts under `<run_dir>/mlart
 
 Relocation: MLflow stores artifact locations as absolute `file:` URIs. When the default store of a run
 folder is opened from another place than where it was created (the folder moved or copied), `Tracker`
-first rebases those URIs onto the current folder (`relocate_store`), so a copy reads and writes its own
+first rebases those URIs onto the current folder (`tasks/mlflow_store.py:relocate_store`), so a copy reads and writes its own
 artifacts, never the original's. A user-given `tracking.mlflow_uri` or `artifact_location` is left alone.
 
 Config: `config.yaml` is logged once per training run (its first config); a later change of
@@ -34,11 +34,7 @@ import json
 import logging
 import os
 import re
-import sqlite3
 import time
-import urllib.parse
-import urllib.request
-from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -60,6 +56,7 @@ from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from rla_core.config import Config, TrackingConfig, config_to_yaml  # noqa: E402
 from rla_core.errors import BadValue, UserError
 from tasks import storage  # noqa: E402
+from tasks.mlflow_store import ARTIFACT_DIR, DB_FILE, drop_cached_artifact_repo, relocate_store  # noqa: E402,F401
 from tasks.storage import json_safe  # noqa: E402
 
 logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -72,8 +69,6 @@ except Exception:  # noqa: BLE001 - telemetry internals may move; never fail tra
 
 RUN_ID_FILE = "mlflow_run_id.txt"
 LOCK_FILE = ".mlflow.lock"
-DB_FILE = "mlflow.db"  # the default store, inside the run folder
-ARTIFACT_DIR = "mlartifacts"  # its artifact root, beside it
 CONFIG_ARTIFACT = "config.yaml"
 ITERATIONS_TAG = "rla.iterations"  # the run's current run.iterations
 ITERATIONS_HISTORY_TAG = "rla.iterations_history"  # JSON [{"iterations": n, "time": ISO}], one entry per change
@@ -108,87 +103,6 @@ def _artifact_location(tracking_uri: str) -> str | None:
     if tracking_uri.startswith("sqlite:///"):
         return (Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / ARTIFACT_DIR).as_uri()
     return None
-
-
-# Columns of MLflow 3's sqlite schema that hold artifact URIs (checked on a real run folder's mlflow.db)
-_URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("model_versions", "source"),
-                ("model_versions", "storage_location"), ("logged_models", "artifact_location"))
-
-
-def _file_path(uri: str | None) -> Path | None:
-    """Local path of a `file:` URI, else None."""
-    if not uri:
-        return None
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
-        return None
-    return Path(urllib.request.url2pathname(parsed.path))
-
-
-def _foreign_roots(conn: sqlite3.Connection, run_dir: Path) -> set[str]:
-    """The experiments' default artifact roots (`file:` URIs of a `mlartifacts/` folder) that lie
-    outside `run_dir`: where the store was created before the folder moved."""
-    roots = set()
-    for (location,) in conn.execute("SELECT artifact_location FROM experiments"):
-        path = _file_path(location)
-        if path is not None and path.name == ARTIFACT_DIR and not path.is_relative_to(run_dir):
-            roots.add(location.rstrip("/"))
-    return roots
-
-
-def relocate_store(run_dir: str | Path) -> dict[str, int]:
-    """Rebase the artifact URIs of the run folder's own store (`<run_dir>/mlflow.db`) onto
-    `<run_dir>/mlartifacts` when they point into a `mlartifacts/` folder elsewhere (the folder was moved or
-    copied): experiments.artifact_location, runs.artifact_uri, model_versions.source and
-    storage_location (and logged_models.artifact_location), in one sqlite transaction. Returns
-    {table.column: rows changed}; {} when nothing pointed elsewhere (the usual case: one SELECT)."""
-    run_dir = Path(run_dir).resolve()
-    db = run_dir / DB_FILE
-    if not db.is_file():
-        return {}
-    new_root = (run_dir / ARTIFACT_DIR).as_uri()
-    with closing(sqlite3.connect(str(db), timeout=60, isolation_level=None)) as conn:
-        try:
-            if not _foreign_roots(conn, run_dir):
-                return {}
-        except sqlite3.OperationalError:  # not (yet) an MLflow store
-            return {}
-        conn.execute("BEGIN IMMEDIATE")  # the write lock first; then read again: another process may have done it
-        try:
-            old_roots = _foreign_roots(conn, run_dir)
-            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            changed: dict[str, int] = {}
-            for table, column in _URI_COLUMNS:
-                if table not in tables:
-                    continue
-                for old in old_roots:
-                    cursor = conn.execute(
-                        f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
-                        f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
-                        (new_root, len(old) + 1, old, len(old) + 1, old + "/"))
-                    changed[f"{table}.{column}"] = changed.get(f"{table}.{column}", 0) + cursor.rowcount
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    if old_roots:
-        log.warning("MLflow store %s was created elsewhere: artifact URIs rebased from %s to %s (%d rows)",
-                    db, ", ".join(sorted(old_roots)), new_root, sum(changed.values()))
-    return changed
-
-
-def _drop_cached_artifact_repo(run_id: str, artifact_uri: str) -> None:
-    """Forget MLflow's per-process artifact repository of `run_id` (cached by run id alone) when it
-    serves another URI than `artifact_uri`, the run's in the store at hand."""
-    try:
-        from mlflow.tracking._tracking_service import utils as tracking_utils
-
-        cache = tracking_utils._artifact_repos_cache
-    except (ImportError, AttributeError):  # MLflow internals moved: nothing cached that we know of
-        return
-    repo = cache.get(run_id)
-    if repo is not None and getattr(repo, "artifact_uri", artifact_uri) != artifact_uri:
-        cache.pop(run_id, None)
 
 
 def experiment_ui_url(base_url: str, experiment_id: str) -> str:
@@ -382,7 +296,7 @@ class Tracker:
         run_id = self._target(iteration)
         if run_id not in self._artifact_uris:
             self._artifact_uris[run_id] = self.client.get_run(run_id).info.artifact_uri
-        _drop_cached_artifact_repo(run_id, self._artifact_uris[run_id])
+        drop_cached_artifact_repo(run_id, self._artifact_uris[run_id])
         return run_id
 
     # --- params, metrics, artifacts ---------------------------------------------------------------
