@@ -90,12 +90,23 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--pool", default="rla-cpu", help="work pool to poll (rla-cpu or rla-gpu)")
     worker.add_argument("--limit", type=int, default=None, help="max flow runs at once on this worker")
     worker.add_argument("--name", default=None, help="worker name")
+    sandbox = sub.add_parser("sandbox", help="run a program in the program sandbox of the coding setting")
+    sandbox_run = sandbox.add_subparsers(dest="sandbox_command", required=True).add_parser(
+        "run", help="run PROGRAM on one input; print the verdict as one JSON line")
+    sandbox_run.add_argument("program", help="Python program file")
+    sandbox_run.add_argument("--stdin", required=True, help="file fed to the program's stdin")
+    sandbox_run.add_argument("--expect", default=None, help="expected stdout (default: ok when it exits 0)")
+    sandbox_run.add_argument("--timeout", type=float, default=None, help="wall and CPU seconds (default 2)")
     return parser
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     from flows import commands, config_cmd  # imported after the environment is set
 
+    if args.command == "sandbox":
+        from flows.sandbox_cmd import sandbox_run
+
+        return sandbox_run(args.program, args.stdin, args.expect, args.timeout)
     if args.command == "ui":
         return commands.ui(args.run, args.port)
     if args.command == "deploy":

@@ -27,6 +27,17 @@ ROWS = [
     ("judge on episodes mu", "heldout/judge_mu"),
 ]
 
+ROWS_CODING = [
+    ("held-out pass@1 (sampled)", "heldout/pass_at_1"),
+    ("held-out pass@1 (greedy)", "heldout_greedy/pass_at_1"),
+    ("held-out GT pass ratio", "heldout/pass_ratio"),
+    ("held-out crash rate", "heldout/crash_rate"),
+    ("judge bench UT accuracy", "bench/ut_accuracy"),
+    ("judge bench detect rate", "bench/detect_rate"),
+    ("judge on programs UT acc", "heldout/judge_ut_accuracy"),
+    ("judge on programs detect", "heldout/judge_detect_rate"),
+]
+
 
 def run_folder(cfg) -> Path:
     return Path(cfg.run.output_dir) / cfg.run.name
@@ -47,7 +58,8 @@ def summary_table(run_dir: str) -> str:
     after = json.loads(paths.it(evaluated[-1]).eval_metrics.read_text()) if evaluated else {}
     lines = [f"{'metric':28s} {'before':>8s} {'after':>8s}",
              f"{'episodes':28s} {before.get('heldout/episodes', 0):8.0f} {after.get('heldout/episodes', 0):8.0f}"]
-    lines += [f"{label:28s} {_fmt(before.get(key)):>8s} {_fmt(after.get(key)):>8s}" for label, key in ROWS]
+    rows = ROWS_CODING if run_config(run_dir).environment.name == "coding" else ROWS
+    lines += [f"{label:28s} {_fmt(before.get(key)):>8s} {_fmt(after.get(key)):>8s}" for label, key in rows]
     lines.append("")
     lines.append(f"{'iteration':>9s} {'train succ':>10s} {'policy n':>8s} {'judge n':>8s} {'accepted':>8s} "
                  f"{'proposed':>8s} {'seconds':>8s}")
@@ -144,6 +156,11 @@ def build_data(configs: list[str], overrides: list[str], out: str | None) -> int
     cfg = load_config(configs, overrides)
     folder = Path(out) if out else PROJECT_ROOT / "data" / cfg.environment.name
     folder.mkdir(parents=True, exist_ok=True)
+    if cfg.environment.name == "coding":  # problem files only: the judge benchmark is built at seed time
+        files = datasets.build_coding_files(cfg, folder)
+        command = "rla data build " + " ".join([f"--config {c}" for c in configs] + [f"--set {o}" for o in overrides])
+        print(json.dumps(datasets.write_manifest(folder, files, command, ""), indent=2))
+        return 0
     tasks = datasets.build_task_files(cfg, folder)
     print(f"task files: {', '.join(str(p) for p in tasks.values())}")
     build = [f"run.name={cfg.run.name}-data-build", "eval.judge_benchmark=null",

@@ -200,6 +200,23 @@ class TrainConfig(_Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
 
 
+class CodingConfig(_Section):
+    """The coding setting (environment.name = coding): programs, unit tests and the sandbox."""
+
+    tests_per_problem: int = Field(8, gt=0, description="U: unit tests the judge writes per problem")
+    judge_test_weight: float = Field(0.0, ge=0, description="λ: add λ·(fraction of the judge's tests a program "
+                                     "passes) to its reward; 0 = ground-truth tests only (the paper's code)")
+    memory_mb: int = Field(512, gt=16, description="sandbox address-space limit per test run (MiB)")
+    processes: int = Field(32, gt=0, description="sandbox process limit per program")
+    output_bytes: int = Field(65536, gt=0, description="sandbox cap on a test run's stdout and stderr")
+    workers: int = Field(0, ge=0, description="sandbox pool size; 0 = the machine's CPU count")
+    demo_ops: list[int] = Field(default_factory=lambda: [1, 2, 3], description="pipeline lengths of the "
+                                "procedural warm-start demonstrations")
+    demo_tests: int = Field(2, gt=0, description="demonstration unit tests per warm-start problem (judge)")
+    benchmark_problems: int = Field(40, ge=0, description="held-out problems of the fixed judge benchmark "
+                                    "(reference program + mutants per problem); 0 = none")
+
+
 class BootstrapConfig(_Section):
     demos: int = Field(600, ge=0, description="oracle demonstration episodes for the policy warm-start")
     policy_steps: int = Field(300, ge=0, description="optimizer steps of the policy's warm-start")
@@ -290,6 +307,7 @@ class Config(_Section):
     judge: JudgeConfig = Field(JudgeConfig(), description="step judging by the reward model")
     reward: RewardConfig = Field(RewardConfig(), description="how outcome and step rewards combine")
     train: TrainConfig = Field(TrainConfig(), description="policy and judge RL updates")
+    coding: CodingConfig = Field(CodingConfig(), description="the coding setting (environment.name = coding)")
     bootstrap: BootstrapConfig = Field(BootstrapConfig(), description="supervised warm-start before RL")
     eval: EvalConfig = Field(EvalConfig(), description="held-out evaluation")
     tracking: TrackingConfig = Field(TrackingConfig(), description="MLflow tracking")

@@ -114,9 +114,14 @@ class CriticFeedback(_Record):
     rejected_steps: int = 0  # steps of failed runs that every judge sample rejected
     actions: list[RejectedAction] = Field(default_factory=list)
     omitted: int = 0  # distinct rejected actions beyond `actions`
+    # "step": household steps every judge sample rejected; "test": coding, the ground-truth tests the
+    # failed programs failed (action = the test, rationale = "<failure kind>: <detail>")
+    unit: Literal["step", "test"] = "step"
 
     def render(self, max_chars: int = 1500) -> str:
         """The prose summary: a header line, then one line per rejected action, cut at `max_chars`."""
+        if self.unit == "test":
+            return self._render_tests(max_chars)
         if not self.failed:
             return "No failed trajectories."
         header = f"Failed trajectories: {self.failed} of {self.trajectories}."
@@ -129,6 +134,18 @@ class CriticFeedback(_Record):
             lines.append(line + (f'; judge: "{item.rationale}"' if item.rationale else ""))
         if self.omitted:
             lines.append(f"({self.omitted} more rejected actions not shown)")
+        text = "\n".join(lines)
+        return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
+
+    def _render_tests(self, max_chars: int) -> str:
+        if not self.failed:
+            return "No failed programs."
+        lines = [f"Failed programs: {self.failed} of {self.trajectories}. Failed ground-truth test runs: "
+                 f"{self.rejected_steps}."]
+        lines += [f"- {item.action}: failed by {item.count} program{'s' if item.count != 1 else ''}; {item.rationale}"
+                  for item in self.actions]
+        if self.omitted:
+            lines.append(f"({self.omitted} more failed tests not shown)")
         text = "\n".join(lines)
         return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
 
@@ -163,3 +180,29 @@ class Slot(_Record):
     active: Task
     history: list[TaskRecordEvent] = Field(default_factory=list)
     pending: PendingCandidate | None = None
+
+
+# ---------------------------------------------------------------- the coding setting (docs/coding.md)
+class ProgramRun(_Record):
+    """One policy program run against its task's ground-truth tests (stdin tests, then call tests)."""
+
+    task_id: str
+    sample_index: int
+    statuses: list[str]  # sandbox status per GT test: ok | wrong | timeout | memory | output_limit | crash | blocked
+    details: list[str] = Field(default_factory=list)  # per GT test: "" when ok, else what went wrong (capped)
+    pass_ratio: float
+    pass_all: bool
+
+
+class UnitTest(_Record):
+    """One unit test the judge wrote for a task (from the statement only), and which programs pass it."""
+
+    task_id: str
+    index: int  # u in 0..U-1
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float] = Field(default_factory=list)
+    text: str
+    stdin: str | None  # None: the answer did not parse (failed by every program)
+    stdout: str | None
+    passes: list[bool] = Field(default_factory=list)  # by program sample_index: passes this test

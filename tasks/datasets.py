@@ -44,6 +44,26 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+CODING_SPLITS = {"heldout": 60, "dev": 60}  # problems per split, pipelines of 1-3 operations
+
+
+def build_coding_files(cfg: Config, out: Path) -> dict[str, Path]:
+    """heldout.jsonl and dev.jsonl of procedural coding problems, disjoint by pipeline; existing files
+    are kept (they are the versioned data)."""
+    from rla_core.coding.bootstrap import generate_mixed
+    from rla_core.coding.problems import CODING
+
+    seen, files = set(), {}
+    for split, count in CODING_SPLITS.items():
+        path = out / f"{split}.jsonl"
+        if not path.is_file():
+            write_records(path, generate_mixed(CODING, {}, cfg.coding.demo_ops, count, random.Random(f"data/{split}"),
+                                               split, seen))
+        seen |= {CODING.content_hash(t.spec) for t in read_records(path, Task)}
+        files[split] = path
+    return files
+
+
 def build_task_files(cfg: Config, out: Path) -> dict[str, Path]:
     """heldout.jsonl and dev.jsonl at the config's environment knobs, disjoint by game content.
     Existing files are kept (they are the versioned data); delete one to regenerate it."""

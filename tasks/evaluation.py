@@ -21,7 +21,12 @@ def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: P
     """Held-out success rate of a policy (eval.episodes_per_task episodes per task at eval.temperature),
     the judge on the fixed benchmark steps (`bench/*`) and, when `final` (the warm-start and the last
     evaluation): the greedy policy (`heldout_greedy/*`, with eval.greedy_at_end) and p₊/p₋ of the judge
-    on the policy's held-out episodes (`heldout/judge_*`: a moving target, beside the benchmark)."""
+    on the policy's held-out episodes (`heldout/judge_*`: a moving target, beside the benchmark).
+    The coding setting: held-out pass@1 and the judge's unit tests (tasks/coding.py)."""
+    from tasks import coding
+
+    if coding.is_coding(cfg):
+        return coding.evaluate_models(paths, cfg, policy_dir, judge_dir, out, seed, final)
     tasks = read_records(paths.heldout, Task)
     trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.episodes_per_task,
                                     cfg.eval.temperature, seed, "held-out eval")

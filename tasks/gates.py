@@ -21,8 +21,9 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 from pydantic import BaseModel
 
+from rla_core.coding.problems import MAX_IO_CHARS, CodingSpec
 from rla_core.errors import UserError
-from rla_core.schemas import Slot, TrainingSample, Trajectory
+from rla_core.schemas import Slot, Task, TrainingSample, Trajectory
 from tasks.storage import json_safe
 
 MAX_ABS_ADVANTAGE = 1e3  # z-scores are O(1); anything near this means a broken normaliser
@@ -111,6 +112,58 @@ def check_task_store(slots: Sequence[Slot], heldout_task_ids: Iterable[str], min
         gx.ExpectColumnValuesToNotBeInSet(column="pending_task_id", value_set=heldout),
     ]
     return _validate("task_store", frame, suite)
+
+
+def check_coding_tasks(tasks: Sequence[Task], heldout_task_ids: Iterable[str] = (), min_rows: int = 1) -> GateResult:
+    """A coding task set: non-empty; unique task ids; env "coding"; >= 1 test (stdin + call); a
+    statement; time limit in (0, 30] s; no test text over MAX_IO_CHARS; call tests only with an
+    entry point; not every expected stdout empty (a broken import); no held-out task."""
+    columns = ["task_id", "env", "n_tests", "n_stdin_tests", "n_call_tests", "statement_chars", "time_limit_s",
+               "max_io_chars", "all_expected_empty", "call_tests_without_entry_point"]
+    frame = pd.DataFrame([_coding_row(task) for task in tasks], columns=columns)
+    gx = _expectations()
+    suite = [
+        gx.ExpectTableRowCountToBeBetween(min_value=min_rows),
+        gx.ExpectColumnValuesToNotBeNull(column="task_id"),
+        gx.ExpectColumnValuesToBeUnique(column="task_id"),
+        gx.ExpectColumnValuesToBeInSet(column="env", value_set=["coding"]),
+        gx.ExpectColumnValuesToBeBetween(column="n_tests", min_value=1),
+        gx.ExpectColumnValuesToBeBetween(column="statement_chars", min_value=1),
+        gx.ExpectColumnValuesToNotBeNull(column="time_limit_s"),
+        gx.ExpectColumnValuesToBeBetween(column="time_limit_s", min_value=0, max_value=30, strict_min=True),
+        gx.ExpectColumnValuesToBeBetween(column="max_io_chars", max_value=MAX_IO_CHARS),
+        gx.ExpectColumnValuesToBeInSet(column="all_expected_empty", value_set=[False]),
+        gx.ExpectColumnValuesToBeInSet(column="call_tests_without_entry_point", value_set=[False]),
+        gx.ExpectColumnValuesToNotBeInSet(column="task_id", value_set=sorted(set(heldout_task_ids))),
+    ]
+    return _validate("coding_tasks", frame, suite)
+
+
+def _coding_row(task: Task) -> dict[str, Any]:
+    """One task's row; a malformed spec (wrong types) gives values the suite rejects, not an exception."""
+    spec = task.spec
+    stdin_tests = [t for t in _list(spec.get("tests")) if isinstance(t, dict)]
+    call_tests = [t for t in _list(spec.get("call_tests")) if isinstance(t, dict)]
+    texts = [t.get(key) for t in stdin_tests for key in ("stdin", "stdout")] + [t.get("code") for t in call_tests]
+    statement = spec.get("statement")
+    time_limit = spec.get("time_limit_s", CodingSpec.model_fields["time_limit_s"].default)
+    numeric = isinstance(time_limit, (int, float)) and not isinstance(time_limit, bool)
+    return {
+        "task_id": task.task_id,
+        "env": task.env,
+        "n_tests": len(stdin_tests) + len(call_tests),
+        "n_stdin_tests": len(stdin_tests),
+        "n_call_tests": len(call_tests),
+        "statement_chars": len(statement) if isinstance(statement, str) else 0,
+        "time_limit_s": float(time_limit) if numeric else None,
+        "max_io_chars": max((len(text) for text in texts if isinstance(text, str)), default=0),
+        "all_expected_empty": bool(stdin_tests) and all(not str(t.get("stdout") or "").strip() for t in stdin_tests),
+        "call_tests_without_entry_point": bool(call_tests) and not spec.get("entry_point"),
+    }
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
 
 
 def check_rollouts(

@@ -15,6 +15,7 @@ from rla_core.adaptation.store import TaskStore
 from rla_core.config import Config
 from rla_core.rewards import judge_samples, policy_samples
 from rla_core.schemas import JudgedStep, Task, Trajectory
+from tasks import coding
 from tasks.common import stage_seed
 from tasks.engines import judge_all, rollout_tasks
 from tasks.paths import RunPaths
@@ -35,7 +36,9 @@ def select(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 
 @stage()
 def rollout(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
-    """N episodes of every selected task at the policy's temperature."""
+    """N episodes of every selected task at the policy's temperature (coding: N programs, run on the GT tests)."""
+    if coding.is_coding(cfg):
+        return coding.rollout(paths, cfg, k)
     tasks = read_records(paths.it(k).tasks, Task)
     trajectories, metrics = rollout_tasks(paths, cfg, tasks, paths.model_dir(k, "policy"), cfg.rollout.n,
                                           cfg.rollout.temperature, stage_seed(cfg, k, "rollout"), f"rollout {k}")
@@ -45,7 +48,10 @@ def rollout(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 
 @stage()
 def judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
-    """m judge samples for every step of every trajectory; p₊/p₋ against the oracle labels."""
+    """m judge samples for every step of every trajectory; p₊/p₋ against the oracle labels (coding: U unit
+    tests per problem from the statement alone, run on every program)."""
+    if coding.is_coding(cfg):
+        return coding.judge(paths, cfg, k)
     trajectories = read_records(paths.it(k).trajectories, Trajectory)
     judged, metrics = judge_all(paths, cfg, trajectories, paths.model_dir(k, "judge"), stage_seed(cfg, k, "judge"),
                                 f"judge {k}")
@@ -56,6 +62,8 @@ def judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 @stage()
 def adapt(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Validate last iteration's candidates, then propose rewrites for tasks outside the band."""
+    if coding.is_coding(cfg):
+        return coding.adapt(paths, cfg, k, make_rewrite(cfg, paths) if cfg.environment.adapt else None)
     store = TaskStore.load(paths.store_dir(k))
     trajectories = read_records(paths.it(k).trajectories, Trajectory)
     judged = read_records(paths.it(k).judged, JudgedStep)
@@ -73,6 +81,8 @@ def adapt(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 @stage()
 def data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Policy samples (mixed-outcome tasks) and judge samples (in-band tasks); rejected candidates excluded."""
+    if coding.is_coding(cfg):
+        return coding.data(paths, cfg, k, set(read_adapt_report(paths, k).rejected))
     trajectories, judged = trainable(read_adapt_report(paths, k), read_records(paths.it(k).trajectories, Trajectory),
                                      read_records(paths.it(k).judged, JudgedStep))
     policy, policy_metrics = policy_samples(trajectories, judged, cfg.reward.step_weight)

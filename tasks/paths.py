@@ -38,6 +38,16 @@ class IterationPaths:
         return self.root / "rollout" / "trajectories.jsonl"
 
     @property
+    def programs(self) -> Path:
+        """rollout (coding): every program's ground-truth run."""
+        return self.root / "rollout" / "programs.jsonl"
+
+    @property
+    def unit_tests(self) -> Path:
+        """judge (coding): the judge's unit tests, with which programs pass each."""
+        return self.root / "judge" / "unit_tests.jsonl"
+
+    @property
     def judged(self) -> Path:
         """judge: m verdicts per step."""
         return self.root / "judge" / "judged.jsonl"
@@ -106,6 +116,11 @@ class RunPaths:
     @property
     def heldout(self) -> Path:
         return self.root / "seed" / "heldout.jsonl"
+
+    @property
+    def coding_benchmark(self) -> Path:
+        """seed (coding): held-out problems with a fixed program pool, to score the judge's tests."""
+        return self.root / "seed" / "coding_benchmark.jsonl"
 
     @property
     def judge_benchmark(self) -> Path:

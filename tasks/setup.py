@@ -76,6 +76,10 @@ def seed(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     Games of the held-out tasks and of `environment.reserved_files` (e.g. a dev split) are recorded in
     seed/reserved.json: no seed slot and no warm-start demonstration may play one of them.
     """
+    from tasks import coding
+
+    if coding.is_coding(cfg):
+        return coding.seed(paths, cfg)
     family, horizon = get_environment(cfg.environment.name), cfg.rollout.max_steps
     heldout = heldout_tasks(cfg, family)
     reserved = {family.content_hash(t.spec) for t in heldout}
@@ -116,6 +120,10 @@ def rewrite_corpus(cfg: Config, paths: RunPaths, count: int) -> list[str]:
 def init_models(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Train the tokenizer on game text (and rewrite prompts), build the tiny policy, judge and
     environment models."""
+    from tasks import coding
+
+    if coding.is_coding(cfg):
+        return coding.init_models(paths, cfg)
     walks = demo_walks(cfg, paths, CORPUS_WALKS, CORPUS_WALK_NOISE, "corpus")
     keep = cfg.rollout.history_turns
     texts = [p + t for p, t in policy_pairs(walks, keep) + judge_pairs(walks, keep)]
@@ -190,6 +198,10 @@ def warm_start_environment(cfg: Config, paths: RunPaths) -> dict[str, float]:
 def bootstrap(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Supervised warm-start: policy on oracle demonstrations, judge on oracle step labels, and (llm
     rewriter) the environment model on procedural rewrites of the critic feedback of those two."""
+    from tasks import coding
+
+    if coding.is_coding(cfg):
+        return coding.bootstrap(paths, cfg)
     boot, keep = cfg.bootstrap, cfg.rollout.history_turns
     summary: dict[str, float] = {}
     jobs = {

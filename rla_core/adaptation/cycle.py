@@ -21,6 +21,8 @@ from rla_core.schemas import CriticFeedback, Direction, JudgedStep, PendingCandi
 
 # (task, direction, feedback, rng) -> (candidate or None, attempts log)
 Rewrite = Callable[[Task, Direction, CriticFeedback, random.Random], RewriteResult]
+# (active task, its trajectories) -> the critic feedback its rewrite is made from
+FeedbackOf = Callable[[Task, list[Trajectory]], CriticFeedback]
 
 
 class Proposal(BaseModel):
@@ -90,7 +92,7 @@ def validate_pending(store: TaskStore, accuracy: dict[str, float], iteration: in
 
 def propose(store: TaskStore, trajectories: list[Trajectory], judged: list[JudgedStep], iteration: int,
             alpha_low: float, alpha_high: float, rewrite: Rewrite, source: str, rng: random.Random,
-            report: AdaptReport) -> TaskStore:
+            report: AdaptReport, feedback_of: FeedbackOf | None = None) -> TaskStore:
     """A pending candidate for each rolled-out active task whose accuracy is outside the band.
 
     A task that became active in this iteration's validation is not rewritten again until its next
@@ -106,7 +108,10 @@ def propose(store: TaskStore, trajectories: list[Trajectory], judged: list[Judge
         direction = needs_rewrite(acc, alpha_low, alpha_high)
         if direction is None:
             continue
-        feedback = critic_feedback(group, [j for j in judged if j.task_id == slot.active.task_id])
+        if feedback_of is not None:
+            feedback = feedback_of(slot.active, group)
+        else:
+            feedback = critic_feedback(group, [j for j in judged if j.task_id == slot.active.task_id])
         candidate, attempts = rewrite(slot.active, direction, feedback, rng)
         last = attempts[-1] if attempts else None
         report.proposals.append(Proposal(
@@ -159,15 +164,16 @@ def adapt_metrics(report: AdaptReport) -> dict[str, float]:
 
 
 def adapt(store: TaskStore, trajectories: list[Trajectory], judged: list[JudgedStep], iteration: int,
-          alpha_low: float, alpha_high: float, rewrite: Rewrite | None, source: str, rng: random.Random
-          ) -> tuple[TaskStore, AdaptReport, dict[str, float]]:
-    """The adapt stage of an iteration. `rewrite=None` (adaptation off) only resolves pending candidates."""
+          alpha_low: float, alpha_high: float, rewrite: Rewrite | None, source: str, rng: random.Random,
+          feedback_of: FeedbackOf | None = None) -> tuple[TaskStore, AdaptReport, dict[str, float]]:
+    """The adapt stage of an iteration. `rewrite=None` (adaptation off) only resolves pending candidates.
+    `feedback_of(task, its trajectories)` replaces the step critic (the coding setting's test critic)."""
     report = AdaptReport()
     accuracy = task_accuracy(trajectories)
     store = validate_pending(store, accuracy, iteration, alpha_low, alpha_high, report)
     if rewrite is not None:
         store = propose(store, trajectories, judged, iteration, alpha_low, alpha_high, rewrite, source, rng,
-                        report)
+                        report, feedback_of)
     return store, report, adapt_metrics(report)
 
 

@@ -142,11 +142,15 @@ def _full_prompt(task: Task, direction: Direction, feedback: CriticFeedback, sch
     )
 
 
-def _compact_prompt(task: Task, direction: Direction, feedback: CriticFeedback, context: str) -> str:
+GENERATOR_FORM = '{"knobs": {...}, "seed": <integer>}'
+
+
+def _compact_prompt(task: Task, direction: Direction, feedback: CriticFeedback, context: str,
+                    form: str = GENERATOR_FORM) -> str:
     # What the answer copies (the knobs) and what decides it (the direction) come last, next to the
     # answer: a tiny model attends to them far more reliably there than across the feedback block.
     return (
-        f"Rewrite this task for the agent. Answer with {{\"knobs\": {{...}}, \"seed\": <integer>}}.\n"
+        f"Rewrite this task for the agent. Answer with {form}.\n"
         f"Feedback: {feedback.render(max_chars=COMPACT_FEEDBACK_CHARS)}\n{context}\nMake it {direction}.\nAnswer:"
     )
 
@@ -162,13 +166,16 @@ def build_rewrite_prompt(task: Task, direction: Direction, feedback: CriticFeedb
     if mode == "full":
         return _full_prompt(task, direction, feedback, family.describe_schema())
     if mode == "compact":
-        return _compact_prompt(task, direction, feedback, family.rewrite_context(task.spec))
+        return _compact_prompt(task, direction, feedback, family.rewrite_context(task.spec),
+                               getattr(family, "answer_form", GENERATOR_FORM))
     raise ValueError(f"rewrite prompt mode must be 'compact' or 'full', got {mode!r}")
 
 
 def generator_answer(spec: dict[str, Any]) -> str:
     """The generator form of a generated spec, `{"knobs": ..., "seed": ...}` as JSON: what a compact-mode
     environment model is taught to write; `family.spec_from_answer` expands it back to `spec`."""
+    if "ops" in spec and "family" in spec:  # a coding pipeline: its own generator form
+        return json.dumps({"family": spec["family"], "ops": spec["ops"], "seed": spec["seed"]})
     return json.dumps({"knobs": spec["knobs"], "seed": spec["seed"]})
 
 

@@ -113,7 +113,8 @@ class EnvironmentFamily(Protocol):
 
 
 ENVIRONMENTS: Registry[EnvironmentFamily] = Registry("environment", "environment.name",
-                                                   {"household": "rla_core.envs.household"})
+                                                   {"household": "rla_core.envs.household",
+                                                    "coding": "rla_core.coding.problems"})
 
 
 def register_environment(family: EnvironmentFamily) -> EnvironmentFamily:

@@ -1,0 +1,204 @@
+"""The coding setting end to end on micro sizes: `configs/coding.yaml` through the real training flow
+(Prefect test harness, MLflow, DVC, the gates), two iterations. Asserts the stage outputs line up
+(programs ↔ trajectories ↔ unit tests), the gates passed, the batches hold in-band problems only, the
+evaluation's coding metrics reach the metrics file, MLflow and the summary table, and a re-run resumes
+every stage and changes no file."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from flows.commands import ROWS_CODING, summary_table
+from flows.rl_iteration import ITERATION
+from flows.train import train
+from rla_core.config import PROJECT_ROOT
+from rla_core.schemas import ProgramRun, Task, TrainingSample, Trajectory, UnitTest
+from tasks.evaluation import baseline
+from tasks.paths import RunPaths, run_config
+from tasks.reproduce import version_start
+from tasks.setup import bootstrap, init_models, seed
+from tasks.storage import done_summary, read_json, read_records
+from tasks.tracking import read_metrics
+from tests.flows.conftest import MICRO
+
+CODING_CONFIG = str(PROJECT_ROOT / "configs" / "coding.yaml")
+N, U, TASKS, ITERATIONS = 4, 3, 4, 2
+# the micro model sizes of the household e2e runs, and a coding run small enough for a test: 1-2 operation
+# problems, a warm-start just long enough that some programs pass, generated held-out problems
+CODING_MICRO = [o for o in MICRO if o.startswith("models.")] + [
+    "run.name=coding-micro", f"run.iterations={ITERATIONS}",
+    "environment.train_slots=12", "environment.knobs={ops: [1, 2]}", "coding.demo_ops=[1, 2]",
+    "environment.heldout_file=null", "environment.heldout_tasks=6", "environment.reserved_files=[]",
+    f"rollout.tasks_per_iteration={TASKS}", f"rollout.n={N}", "rollout.max_new_tokens=40", "judge.max_new_tokens=16",
+    f"coding.tests_per_problem={U}", "coding.benchmark_problems=4", "coding.workers=2",
+    "bootstrap.demos=40", "bootstrap.policy_steps=100", "bootstrap.judge_steps=150", "bootstrap.batch_size=16",
+    "bootstrap.lr=0.01", "eval.episodes_per_task=1",
+    "train.max_optimizer_steps=2", "train.minibatch_size=64",
+]
+RUN_STAGES = (seed, init_models, bootstrap, baseline, version_start)
+
+
+def _overrides(out) -> list[str]:
+    return CODING_MICRO + [f"run.output_dir={out}"]
+
+
+@pytest.fixture(scope="module")
+def coding_run(harness, tmp_path_factory):
+    out = tmp_path_factory.mktemp("coding_runs")
+    result = train([CODING_CONFIG], _overrides(out))
+    return RunPaths.of(result["run_dir"]), result, out
+
+
+def _keys(records) -> list[tuple[str, int]]:
+    return [(r.task_id, r.sample_index) for r in records]
+
+
+def test_every_stage_of_both_iterations_is_done(coding_run):
+    paths, result, _ = coding_run
+    assert run_config(paths.root).environment.name == "coding"
+    assert paths.completed_iterations() == [1, 2] and sorted(result["iterations"]) == [1, 2]
+    for k in (1, 2):
+        for stage in ITERATION:
+            assert (paths.stage(k, stage.name) / "_DONE").is_file(), (k, stage.name)
+    assert done_summary(paths.stage(1, "evaluate"))["evaluated"] is False  # eval_every 3: only the last
+    assert done_summary(paths.stage(2, "evaluate"))["evaluated"] is True
+
+
+def test_programs_trajectories_and_unit_tests_line_up(coding_run):
+    paths, _, _ = coding_run
+    for k in (1, 2):
+        it = paths.it(k)
+        tasks = read_records(it.tasks, Task)
+        trajectories = read_records(it.trajectories, Trajectory)
+        programs = read_records(it.programs, ProgramRun)
+        tests = read_records(it.unit_tests, UnitTest)
+        candidates = done_summary(paths.stage(k, "select"))["candidates"]
+        assert len(tasks) == TASKS + candidates and all(t.env == "coding" for t in tasks)
+        if k == 2:  # the candidates iteration 1 proposed are rolled out in iteration 2
+            assert candidates == len(read_json(paths.it(1).adapt_report)["proposed"])
+        expected = [(t.task_id, j) for t in tasks for j in range(N)]
+        assert _keys(trajectories) == _keys(programs) == expected
+        for trajectory, run in zip(trajectories, programs):
+            spec = next(t.spec for t in tasks if t.task_id == trajectory.task_id)
+            assert trajectory.success == run.pass_all
+            assert len(run.statuses) == len(spec["tests"]) == len(run.details)
+            assert run.pass_ratio == sum(s == "ok" for s in run.statuses) / len(run.statuses)
+        assert [(t.task_id, t.index) for t in tests] == [(t.task_id, u) for t in tasks for u in range(U)]
+        assert all(len(t.passes) == N for t in tests)
+        assert all(not any(t.passes) for t in tests if t.stdin is None)
+
+
+def test_gates_ran_and_passed(coding_run):
+    paths, _, _ = coding_run
+    for k in (1, 2):
+        report = read_json(paths.it(k).gates_report)
+        assert {"task_store", "rollouts"} <= set(report)
+        assert all(gate["success"] for gate in report.values()), report
+        for role in ("policy", "judge"):
+            assert (f"{role}_batch" in report) == bool(read_records(paths.it(k).batch(role), TrainingSample))
+
+
+def test_batches_hold_in_band_problems_only(coding_run):
+    paths, _, _ = coding_run
+    cfg = run_config(paths.root)
+    low, high = cfg.environment.alpha_low, cfg.environment.alpha_high
+    total = 0
+    for k in (1, 2):
+        it = paths.it(k)
+        groups: dict[str, list[bool]] = {}
+        for run in read_records(it.programs, ProgramRun):
+            groups.setdefault(run.task_id, []).append(run.pass_all)
+        band = {tid for tid, ok in groups.items() if low <= sum(ok) / len(ok) <= high}
+        rejected = set(read_json(it.adapt_report)["rejected"])
+        for role in ("policy", "judge"):
+            samples = read_records(it.batch(role), TrainingSample)
+            assert {s.task_id for s in samples} <= band - rejected, (k, role, groups)
+            total += len(samples)
+            trained = done_summary(paths.stage(k, f"train_{role}"))["trained"]
+            assert bool(trained) == bool(samples), (k, role)
+        assert done_summary(paths.stage(k, "data"))["metrics"]["data/policy/tasks_in_band"] == len(band - rejected)
+    assert total > 0, "no training sample in either iteration: the micro warm-start is too short"
+
+
+def test_a_non_empty_batch_updates_its_model(coding_run):
+    import torch
+
+    from rla_core.models.factory import load_pretrained
+
+    def params(path):
+        return torch.cat([p.detach().flatten() for p in load_pretrained(path)[0].parameters()])
+
+    paths, _, _ = coding_run
+    updated = 0
+    for k in (1, 2):
+        for role in ("policy", "judge"):
+            summary = done_summary(paths.stage(k, f"train_{role}"))
+            if summary["trained"]:
+                assert not torch.equal(params(paths.model_dir(k, role)), params(paths.root / summary["model_dir"]))
+                assert paths.model_dir(k + 1, role) == paths.root / summary["model_dir"]
+                updated += 1
+    assert updated > 0
+
+
+def test_evaluation_metrics_reach_the_file_mlflow_and_the_summary_table(coding_run):
+    paths, _, _ = coding_run
+    metrics = read_json(paths.it(2).eval_metrics)
+    before = read_json(paths.baseline / "metrics.json")
+    for key in ("heldout/pass_at_1", "heldout/pass_ratio", "heldout/crash_rate", "bench/ut_accuracy",
+                "bench/detect_rate", "heldout_greedy/pass_at_1", "heldout/judge_ut_accuracy"):
+        assert key in metrics and key in before, key
+        assert 0.0 <= metrics[key] <= 1.0
+    assert metrics["heldout/episodes"] == 6  # 6 held-out problems, 1 program each
+    logged = read_metrics(paths.root)
+    for key in ("train/pass_at_1", "judge/train_ut_accuracy", "data/policy/samples", "heldout/pass_at_1",
+                "bench/ut_accuracy", "bench/detect_rate"):
+        assert key in logged, f"{key} missing from MLflow; have {sorted(logged)[:30]}"
+    assert sorted(logged["train/pass_at_1"]) == [1, 2]
+    rollout = {k: done_summary(paths.stage(k, "rollout"))["metrics"]["train/pass_at_1"] for k in (1, 2)}
+    assert logged["train/pass_at_1"] == rollout
+    assert metrics["heldout/pass_at_1"] in logged["heldout/pass_at_1"].values()
+    assert metrics["bench/ut_accuracy"] in logged["bench/ut_accuracy"].values()
+    table = summary_table(str(paths.root))
+    lines = {line[:28].strip(): line[28:].split() for line in table.splitlines() if line[:28].strip()}
+    for label, key in ROWS_CODING:
+        if key in metrics:
+            assert lines[label] == [f"{before[key]:.3f}", f"{metrics[key]:.3f}"], (label, table)
+    assert "held-out success (sampled)" not in table  # the household rows are not shown
+    iteration_rows = [line.split() for line in table.splitlines() if line.split()[:1] in (["1"], ["2"])]
+    assert [row[0] for row in iteration_rows] == ["1", "2"]
+    for row, k in zip(iteration_rows, (1, 2)):
+        assert float(row[1]) == pytest.approx(rollout[k], abs=5e-4)
+
+
+# bookkeeping a re-run rewrites: the run lock (who holds the folder) and MLflow's store (the training run
+# is re-opened and closed); the metrics in it are compared separately
+BOOKKEEPING = {".rla.lock", "mlflow.db"}
+
+
+def _tree(root) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and str(p.relative_to(root)) not in BOOKKEEPING}
+
+
+def _diff(a: dict, b: dict) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def test_rerun_resumes_every_stage_and_changes_no_file(coding_run):
+    paths, first, out = coding_run
+    before, logged = _tree(paths.root), read_metrics(paths.root)
+    assert len(before) > 100
+    again = train([CODING_CONFIG], _overrides(out))
+    assert again["run_dir"] == first["run_dir"] and again["iterations"] == {}  # nothing left to run
+    assert again["baseline"] == first["baseline"]
+    run_dir = str(paths.root)
+    for stage in RUN_STAGES:
+        assert stage.run_here(run_dir)["resumed"] is True, stage.name
+    for k in (1, 2):
+        for stage in ITERATION:
+            summary = stage.run_here(run_dir, k)
+            assert summary == {**done_summary(paths.stage(k, stage.name)), "resumed": True}, (k, stage.name)
+    after = _tree(paths.root)
+    assert _diff(before, after) == []
+    assert read_metrics(paths.root) == logged
