@@ -10,7 +10,8 @@ from pathlib import Path
 from rla_core.adaptation.store import TaskStore
 from rla_core.config import Config
 from rla_core.schemas import Task, TrainingSample, Trajectory
-from tasks.gates import GateFailed, check_judge_batch, check_policy_batch, check_rollouts, check_task_store
+from tasks.gates import (GateFailed, check_coding_tasks, check_judge_batch, check_policy_batch, check_rollouts,
+                         check_task_store)
 from tasks.paths import RunPaths
 from tasks.stage import stage
 from tasks.storage import read_records, write_json
@@ -21,10 +22,14 @@ def run_gates(paths: RunPaths, cfg: Config, k: int) -> list:
     heldout = [t.task_id for t in read_records(paths.heldout, Task)]
     vocab = cfg.models.vocab_size if cfg.models.policy.path is None else None
     it = paths.it(k)
+    slots = TaskStore.load(it.store).slots()
     results = [
-        check_task_store(TaskStore.load(it.store).slots(), heldout),
+        check_task_store(slots, heldout),
         check_rollouts(read_records(it.trajectories, Trajectory), heldout),
     ]
+    if cfg.environment.name == "coding":  # every active and pending problem: tests, limits, statements
+        problems = [s.active for s in slots] + [s.pending.task for s in slots if s.pending]
+        results.append(check_coding_tasks(problems, heldout))
     # An empty batch is legitimate (no mixed-outcome or in-band task this iteration): nothing to train.
     for check, name in ((check_policy_batch, "policy"), (check_judge_batch, "judge")):
         samples = read_records(it.batch(name), TrainingSample)

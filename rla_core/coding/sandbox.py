@@ -23,11 +23,13 @@ behind.
 Batches (run_matrix): starting a sandbox costs ~35 ms, a test a few, so one sandbox runs up to
 `batch_programs` programs one after another, with exactly the same reset between two programs as between
 two tests of one program; one program's verdicts therefore do not depend on the others of its batch
-(save its PIDs and heap addresses, which never were deterministic). Should the sandbox end early, the
-program that was running gets `crash` for its unfinished tests, as it would alone, and the programs
-after it, untouched, run again in a fresh sandbox; a program whose first test was running counts as
-untouched unless it was the first of its sandbox, so it is blamed only if it ends a sandbox of its own.
-A program can thus neither fail nor pass another's tests by stopping or killing the runner.
+(save its PIDs and heap addresses, which never were deterministic). Should the sandbox end early (the
+runner killed or stopped, the outer deadline), the program that was running and all after it run again
+from a fresh sandbox, unless it was the first program of that sandbox: then its unfinished tests are
+`crash`, as they would be alone. A program is therefore only ever failed by a sandbox ending while it
+was the first in it — so one program can neither fail nor pass another's tests by stopping or killing
+the runner, nor by using up the batch's shared deadline margin — and a program that ends the runner
+costs at most one extra sandbox start.
 
 Why bubblewrap rather than util-linux unshare/setpriv: one unprivileged binary builds the mount
 namespace (read-only root with only what a program needs) together with the user/PID/net namespaces,
@@ -241,9 +243,11 @@ class Sandbox:
 
 
 def split_batches(indices: Sequence[int], batch_programs: int, workers: int) -> list[list[int]]:
-    """Consecutive runs of `indices`, as even as can be: ceil(n / batch_programs) of them, but at least
-    BATCHES_PER_WORKER per worker while every batch keeps a program (the pool then balances the tail)."""
-    count = min(len(indices), max(math.ceil(len(indices) / batch_programs), BATCHES_PER_WORKER * workers))
+    """Consecutive runs of `indices`, as even as can be: ceil(n / batch_programs) of them, but with more
+    than one worker at least BATCHES_PER_WORKER per worker while every batch keeps a program (the pool
+    then balances the tail)."""
+    least = BATCHES_PER_WORKER * workers if workers > 1 else 1
+    count = min(len(indices), max(math.ceil(len(indices) / batch_programs), least))
     size, extra = divmod(len(indices), count) if count else (0, 0)
     batches, start = [], 0
     for k in range(count):
@@ -254,8 +258,8 @@ def split_batches(indices: Sequence[int], batch_programs: int, workers: int) -> 
 
 
 def _run_batch(items: list[tuple[str, list[TestCase]]], limits: Limits) -> list[list[Verdict]]:
-    """Programs (not refused, each with tests) one after another in one sandbox; the untouched ones after
-    an early end of it again in a fresh one (module docstring). Verdicts per item, in order."""
+    """Programs (not refused, each with tests) one after another in one sandbox; after an early end of
+    it, the unfinished ones again in a fresh one (module docstring). Verdicts per item, in order."""
     results: list[list[Verdict]] = []
     while len(results) < len(items):
         batch = items[len(results):]
@@ -263,12 +267,12 @@ def _run_batch(items: list[tuple[str, list[TestCase]]], limits: Limits) -> list[
         deadline = STARTUP_MARGIN_S + sum(counts) * (limits.wall_s + PER_TEST_MARGIN_S)
         run = _launch(_job(batch, limits), limits, deadline)
         for offset, ((_, tests), reports) in enumerate(zip(batch, _reports(run.out, counts, limits.output_bytes))):
-            if len(reports) < len(tests) and not reports and offset > 0:
-                break  # never started (or its first test was running, but after another program): again
+            if len(reports) < len(tests) and offset > 0:
+                break  # unfinished after another program: it and the rest again, from a fresh sandbox
             results.append([_verdict(report, test, limits) for report, test in zip(reports, tests)]
                            + [Verdict("crash", None, "", run.failure, 0.0) for _ in tests[len(reports):]])
             if len(reports) < len(tests):
-                break  # it was running when the sandbox ended: its remaining tests crashed, as alone
+                break  # unfinished as the first of its sandbox: its remaining tests crashed, as alone
     return results
 
 

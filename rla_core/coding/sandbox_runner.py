@@ -16,15 +16,17 @@ clock, the resident memory of everything in the namespace and the files in the w
 afterwards SIGKILLs every process but itself (kill(-1) from PID 1), empties /scratch and /dev/shm (and
 strips their ACLs and extended attributes) and checks that its own rlimits, nice value, scheduling policy
 and CPU affinity are as they were at start (a process of the same uid may lower them with prlimit,
-setpriority, sched_setscheduler or sched_setaffinity, and children would inherit them); if anything could
-not be restored, it stops, and the harness re-runs what had not started in a fresh sandbox.
+setpriority, sched_setscheduler or sched_setaffinity, and children would inherit them). Should anything
+differ, or a folder not empty, it stops: the harness then runs the programs after that one (and that one
+too, unless it was the first of the sandbox) again in a fresh sandbox.
 
 What one program could learn about the others of its batch: nothing the runner holds. Items are read
-from the pipe one at a time, just before they run, into a private anonymous mapping (never a Python
-object of the runner); outputs are read into two more such buffers and written out from them; all three
-are zeroed (MADV_DONTNEED) after each use, and each test process zeroes its own copies at once, keeping
-only its program's text. So a test process that reads its whole address space finds neither the other
-items' programs, inputs and outputs nor its own program's other inputs.
+from the pipe one at a time, just before they run, into a private anonymous mapping of the item's size
+(never a Python object of the runner); outputs are read into two more such buffers and written out from
+them; they are zeroed (MADV_DONTNEED) or unmapped after each use, and each test process unmaps its
+copies at once, keeping only its program's text. So a test process that reads its whole address space
+finds neither the other items' programs, inputs and outputs nor its own program's other inputs, and its
+address-space limit is spent the same whatever else is in the batch.
 
 Why the program cannot forge a report: the runner is PID 1 of its PID namespace, so signals from inside
 without a handler (SIGKILL, SIGSTOP) do not reach it; it is non-dumpable, so the program (same uid) can
@@ -51,7 +53,7 @@ SCRATCH = "/scratch"
 WRITABLE = (SCRATCH, "/dev/shm")  # the only writable folders (size-capped tmpfs), emptied after each test
 MEMORY_POLL_S = 0.025
 _KEEP: list = []
-_BUFFERS: list = []  # the job and output buffers (mmap), zeroed in each test process before the program runs
+_BUFFERS: list = []  # the job and output buffers (mmap), unmapped in each test process before the program runs
 _LIBC = ctypes.CDLL(None, use_errno=True)
 PR_SET_DUMPABLE = 4
 NAME_TAKEN = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR)
@@ -71,6 +73,13 @@ class Buffer:
         self.map.madvise(mmap.MADV_DONTNEED)
         self.filled = 0
 
+    def close(self) -> None:
+        """Unmap (zeroing first, should a view still hold it open)."""
+        self.clear()
+        _BUFFERS.remove(self)
+        self.view.release()
+        self.map.close()
+
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as PID 1 a default-handled signal from inside is dropped
@@ -84,12 +93,12 @@ def main() -> None:
         _write(1, (_json_object(_probe()) + "\n").encode())
         return
     limits, items = header["limits"], header["items"]
-    frame = Buffer(max((program + sum(stdins) for program, stdins in items), default=0))
     streams = Buffer(limits["output_bytes"] + 1), Buffer(limits["output_bytes"] + 1)
     gc.freeze()  # a forked child's collector then leaves the inherited objects (and their pages) alone
     start_state = _process_state()
     for item, (program_bytes, stdin_bytes) in enumerate(items):
         size = program_bytes + sum(stdin_bytes)
+        frame = Buffer(size)  # of this item's size: its test processes' address space holds no other's
         if not _read_into(jobs, frame.view[:size]):
             sys.stderr.write("runner: the job ended before its last item\n")
             return
@@ -106,7 +115,7 @@ def main() -> None:
                 sys.stderr.write("runner: a test changed the runner's rlimits, priority or CPU affinity; "
                                  "stopping\n")
                 return
-        frame.clear()
+        frame.close()
 
 
 def _read(fd: int, size: int) -> bytes:
@@ -363,8 +372,8 @@ def _child(frame: Buffer, program: tuple[int, int], workdir: str, stdin_fd: int,
     try:
         _KEEP.extend((sys.stdin, sys.stdout, sys.stderr))  # their FileIOs would close fds 0-2 when freed
         source = bytes(frame.view[program[0]:program[1]]).decode("utf-8")
-        for buffer in _BUFFERS:  # this item's inputs, the other tests' included: none of our business
-            buffer.clear()
+        for buffer in list(_BUFFERS):  # this item's inputs, the other tests' included: none of our business
+            buffer.close()
         os.setsid()
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)

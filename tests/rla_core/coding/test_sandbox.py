@@ -4,9 +4,12 @@ Hostile programs never run in the host's PID namespace: the `hostile` fixture ru
 under `unshare --pid --fork --mount-proc`; the script runs every hostile case there and prints one JSON
 document, which the tests below assert on. Had a program escaped its sandbox, a kill(-1) or fork bomb
 would reach only that outer namespace. Each hostile test that could pass expects "ESCAPED" (printed
-only when an attack worked) or an output it cannot know, so `ok` would mean the sandbox failed."""
+only when an attack worked) or an output it cannot know, so `ok` would mean the sandbox failed. The
+BATCH_HOSTILE programs run in one run_matrix batch, each between two benign victims whose outputs must
+equal those of a run alone: what one program does must not reach the next of its sandbox."""
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -145,7 +148,7 @@ print("ESCAPED " + "\\n".join(hits) if hits else "contained")
     "read_host_proc": ("""
 import os
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
-print("pids", pids)
+print("pids", ["self" if pid == os.getpid() else pid for pid in pids])
 for pid in pids:
     for name in ("cmdline", "environ"):
         try:
@@ -319,6 +322,145 @@ SEQUENTIAL = ("daemon_survivor",)
 HOSTILE_PROGRAMS = len(HOSTILE) + len(SEQUENTIAL)  # 23
 FAULTS = ("runner_killed_from_outside", "outer_deadline")  # the harness's failure paths, benign programs
 
+# ------------------------------------------------------------------ hostile programs amid benign ones, one batch
+# run_matrix runs several programs one after another in one sandbox. A victim program reports what it finds
+# (processes, folders, their modes, ACLs and free space, its priority, CPU set and rlimits) and writes and
+# reads back files; its output must equal that of a reference run alone in a sandbox of its own, so `ok`
+# means nothing of the hostile program before it was left. SRC-, INP- and OUT- markers (16 hex digits) in
+# the victims' sources, inputs and outputs are what the memory scanner must not find.
+VICTIM = """# SRC-MARK
+import os, resource, sys
+token = sys.stdin.read().split()[0]
+for path in ("note", "/dev/shm/note"):
+    with open(path, "w") as handle:
+        handle.write(token)
+paths = ("/scratch", "/dev/shm", ".", "note", "/dev/shm/note")
+state = {
+    "alone": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) == [1, os.getpid()],
+    "cwd": os.getcwd(), "scratch": sorted(os.listdir("/scratch")), "here": sorted(os.listdir(".")),
+    "shm": sorted(os.listdir("/dev/shm")), "modes": [oct(os.stat(p).st_mode) for p in paths],
+    "xattrs": [os.listxattr(p) for p in paths],
+    "read_back": all(open(p).read() == token for p in ("note", "/dev/shm/note")),
+    "free": [(os.statvfs(p).f_bfree, os.statvfs(p).f_ffree) for p in ("/scratch", "/dev/shm")],
+    "nice": os.getpriority(os.PRIO_PROCESS, 0), "policy": os.sched_getscheduler(0),
+    "cpus": sorted(os.sched_getaffinity(0)),
+    "rlimits": [resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_")],
+}
+print("OUT-" + token[4:][::-1])
+print(state)
+"""
+ENDS_RUNNER = ("batch_time_bomb", "batch_tamper_with_runner", "batch_squeeze_runner")  # each: a fresh sandbox after it
+# name -> (program, [(stdin, expected, allowed statuses)]), in batch order; a victim runs before and after each
+BATCH_HOSTILE: dict[str, tuple[str, list[tuple[str, str, set[str]]]]] = {
+    "batch_flood": ("import os\nwhile True:\n    os.write(1, b'OUT-0123456789abcdef\\n' * 1000)\n",
+                    _tests(("", A, {"output_limit"}))),
+    "batch_memory_scan": ("""
+import re
+pattern = re.compile(rb"(?:SRC|INP|OUT)-[0-9a-f]{16}")
+found = set()
+with open("/proc/self/maps") as maps:
+    regions = [line.split() for line in maps]
+with open("/proc/self/mem", "rb", buffering=0) as mem:
+    for fields in regions:
+        if not fields[1].startswith("rw"):
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        for at in range(start, end, 1 << 20):
+            try:
+                mem.seek(at)
+                chunk = mem.read(min(end - at, (1 << 20) + 64))
+            except (OSError, ValueError, OverflowError):
+                break
+            found.update(match.decode() for match in pattern.findall(chunk))
+print(sorted(found))
+""", _tests(("INP-TOKEN", A, {"wrong"}), ("INP-TOKEN", A, {"wrong"}))),  # its own other input: not seen either
+    "batch_daemon": ("""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(0.05)
+        for path in ("/scratch/0/daemon", "/scratch/1/daemon", "/scratch/daemon", "/dev/shm/daemon"):
+            try:
+                open(path, "w").write("x")
+            except OSError:
+                pass
+        time.sleep(3600)
+    os._exit(0)
+time.sleep(0.1)
+print("spawned")
+""", _tests(("", A, {"wrong"}))),
+    "batch_fill_scratch": ("""
+import os, struct
+os.makedirs("/scratch/tree/" + "d/" * 300)
+for k in range(2000):
+    open(f"/scratch/f{k}", "w").close()
+try:
+    for k in range(64):
+        with open(f"/scratch/fill{k}", "wb") as handle:
+            handle.write(b"x" * (3 << 20))
+except OSError as error:
+    print("scratch full", error.errno)
+no_access = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 0, 0xFFFFFFFF) for tag in (1, 4, 0x20))
+for root in ("/scratch", "/dev/shm", "."):
+    for name, value in (("system.posix_acl_default", no_access), ("user.left", b"x")):
+        try:
+            os.setxattr(root, name, value)  # a default ACL: files made here later are out of their owner's reach
+        except OSError as error:
+            print(root, name, "refused", error.errno)
+os.chmod("/scratch/tree", 0)
+os.chmod("/scratch", 0o1777)
+print("filled")
+""", _tests(("", A, {"wrong"}))),
+    "batch_shm": ("""
+import mmap, os
+fd = os.open("/dev/shm/left-over", os.O_CREAT | os.O_RDWR, 0o600)
+os.ftruncate(fd, 2 << 20)
+mmap.mmap(fd, 2 << 20)[:4] = b"left"
+os.mkfifo("/dev/shm/fifo")
+os.symlink("/scratch", "/dev/shm/link")
+os.mkdir("/dev/shm/sem.dir", 0)
+try:
+    for k in range(8):
+        with open(f"/dev/shm/fill{k}", "wb") as handle:
+            handle.write(b"x" * (3 << 20))
+except OSError as error:
+    print("shm full", error.errno)
+os.chmod("/dev/shm", 0)
+print("left")
+""", _tests(("", A, {"wrong"}))),
+    "batch_sleep": ("import os, time\nif os.fork() == 0:\n    time.sleep(3600)\ntime.sleep(3600)\n",
+                    _tests(("", A, {"timeout"}))),
+    "batch_time_bomb": ("""
+import resource
+resource.prlimit(1, resource.RLIMIT_CPU, (1, 1))  # the runner would die at 1 s of CPU, amid a later program
+print("armed")
+""", _tests(("", A, {"wrong"}), ("", A, {"crash"}))),
+    "batch_tamper_with_runner": ("""
+import os, resource
+done = []
+for name, call in (("stack", lambda: resource.prlimit(1, resource.RLIMIT_STACK, (1 << 20, 1 << 20))),
+                   ("nofile", lambda: resource.prlimit(1, resource.RLIMIT_NOFILE, (32, 32))),
+                   ("nice", lambda: os.setpriority(os.PRIO_PROCESS, 1, 19)),
+                   ("nice_user", lambda: os.setpriority(os.PRIO_USER, 0, 19)),
+                   ("cpus", lambda: os.sched_setaffinity(1, {min(os.sched_getaffinity(1))})),
+                   ("idle", lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0)))):
+    try:
+        call()
+        done.append(name)
+    except OSError as error:
+        done.append(f"{name} refused {error.errno}")
+print("tampered", done)
+""", _tests(("", A, {"wrong"}), ("", A, {"crash"}))),
+    "batch_squeeze_runner": ("""
+import resource
+resource.prlimit(1, resource.RLIMIT_AS, (1 << 20, 1 << 20))  # the runner's next mapping fails
+print("squeezed")
+""", _tests(("", A, {"wrong", "crash"}), ("", A, {"crash"}))),
+}
+FAST_ECHO = "import sys, time\ntime.sleep(0.2)\nprint(sys.stdin.read())\n"
+BATCH_FAULTS = ("runner_killed_mid_batch",)
+
 
 # ------------------------------------------------------------------ the script (inside the outer PID namespace)
 def sandbox_processes() -> list[str]:
@@ -411,10 +553,11 @@ def _run_cases(token: str, canary: Path) -> dict:
     names = list(HOSTILE)
     jobs = [(_fill(HOSTILE[n][0], token, port), [TestCase(stdin, _fill(expected, token, port))
                                                  for stdin, expected, _ in HOSTILE[n][1]]) for n in names]
-    out: dict = {"token": token, "verdicts": {}, "leftovers": {}}
+    out: dict = {"token": token, "verdicts": {}, "leftovers": {}, "launches": {}}
     for name, verdicts in zip(names, sandbox.run_matrix(jobs)):
         out["verdicts"][name] = [v.to_dict() for v in verdicts]
     out["leftovers"]["matrix"] = sandbox_processes()
+    _run_batch_cases(token, port, out)
 
     daemon = _fill(DAEMON, token, port)
     verdicts = sandbox.run_tests(daemon, [TestCase("spawn", A), TestCase("check", "clean")],
@@ -433,6 +576,19 @@ def _run_cases(token: str, canary: Path) -> dict:
     killer.join()
     out["verdicts"]["runner_killed_from_outside"] = [v.to_dict() for v in verdicts]
     out["leftovers"]["runner_killed_from_outside"] = sandbox_processes()
+
+    launches = _count_launches()
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_runner_when, args=("6", stop))  # ns pid 6: item 1's second test
+    killer.start()
+    verdicts = Sandbox(replace(HOSTILE_LIMITS, wall_s=5), workers=1, batch_programs=3).run_matrix(
+        [(FAST_ECHO, [TestCase(f"{k}{j}", f"{k}{j}") for j in range(3)]) for k in range(3)])
+    stop.set()
+    killer.join()
+    out["verdicts"]["runner_killed_mid_batch"] = [[v.to_dict() for v in row] for row in verdicts]
+    out["launches"]["runner_killed_mid_batch"] = len(launches)
+    out["leftovers"]["runner_killed_mid_batch"] = sandbox_processes()
+    _restore_launch()
 
     margin = sandbox_module.STARTUP_MARGIN_S
     sandbox_module.STARTUP_MARGIN_S = -4.0  # outer deadline 1.5 s, before the runner's own 5 s wall limit
@@ -458,6 +614,55 @@ def _run_cases(token: str, canary: Path) -> dict:
     out["connections_accepted"] = listener.accepted
     out["elapsed_s"] = time.monotonic() - started
     return out
+
+
+_LAUNCH = sandbox_module._launch
+
+
+def _count_launches() -> list[float]:
+    """Count sandbox starts (their outer deadlines) from now on, until _restore_launch."""
+    launches: list[float] = []
+
+    def counting(job: bytes, limits: Limits, deadline_s: float):
+        launches.append(deadline_s)
+        return _LAUNCH(job, limits, deadline_s)
+
+    sandbox_module._launch = counting
+    return launches
+
+
+def _restore_launch() -> None:
+    sandbox_module._launch = _LAUNCH
+
+
+def _run_batch_cases(token: str, port: int, out: dict) -> None:
+    """Every BATCH_HOSTILE program between two victims, all in one run_matrix batch; the victims' expected
+    outputs are those of a reference run of each alone, in a sandbox of its own."""
+    victims = []
+    for _ in range(len(BATCH_HOSTILE) + 1):
+        source = VICTIM.replace("MARK", secrets.token_hex(8))
+        victims.append((source, [TestCase(f"INP-{secrets.token_hex(8)}\n") for _ in range(2)]))
+    alone = Sandbox(HOSTILE_LIMITS, workers=2, batch_programs=1)
+    references = alone.run_matrix(victims)
+    out["batch_references"] = [[v.to_dict() for v in row] for row in references]
+    jobs = []
+    for k, (name, (program, tests)) in enumerate(BATCH_HOSTILE.items()):
+        source, cases = victims[k]
+        jobs.append((source, [TestCase(c.stdin, v.stdout) for c, v in zip(cases, references[k])]))
+        jobs.append((_fill(program, token, port), [TestCase(_fill(stdin, token, port), _fill(expected, token, port))
+                                                   for stdin, expected, _ in tests]))
+    source, cases = victims[-1]
+    jobs.append((source, [TestCase(c.stdin, v.stdout) for c, v in zip(cases, references[-1])]))
+    launches = _count_launches()
+    try:
+        results = Sandbox(HOSTILE_LIMITS, workers=1, batch_programs=len(jobs)).run_matrix(jobs)
+    finally:
+        _restore_launch()
+    out["launches"]["batch"] = len(launches)
+    out["batch_victims"] = [[v.to_dict() for v in row] for row in results[0::2]]
+    for name, row in zip(BATCH_HOSTILE, results[1::2]):
+        out["verdicts"][name] = [v.to_dict() for v in row]
+    out["leftovers"]["batch"] = sandbox_processes()
 
 
 # ------------------------------------------------------------------ the tests
@@ -487,7 +692,7 @@ def test_attacks_that_could_only_fail_report_why(hostile):
     v = hostile["verdicts"]
     assert all(x["stdout"].strip() == "contained" for k in ("write_outside_scratch", "network", "read_secrets",
                                                             "reach_into_runner") for x in v[k])
-    assert v["read_host_proc"][0]["stdout"].startswith("pids [1, 2]\n")  # the runner and itself, nothing else
+    assert v["read_host_proc"][0]["stdout"].startswith("pids [1, 'self']\n")  # the runner and itself only
     assert "still here" in v["kill_parent_and_everyone"][0]["stdout"]
     assert v["forge_report"][1]["stdout"].endswith("one\n")
     assert v["exit_mid_output"][0]["stdout"] == "hello " and v["exit_mid_output"][1]["stdout"] == ""
@@ -519,7 +724,51 @@ def test_a_dead_runner_fails_the_remaining_tests(hostile):
 
 
 def test_every_case_ran(hostile):
-    assert set(hostile["verdicts"]) == {*HOSTILE, *SEQUENTIAL, *FAULTS}
+    assert set(hostile["verdicts"]) == {*HOSTILE, *SEQUENTIAL, *FAULTS, *BATCH_HOSTILE, *BATCH_FAULTS}
+
+
+@pytest.mark.parametrize("name", list(BATCH_HOSTILE))
+def test_hostile_program_amid_a_batch_gets_its_own_verdicts(hostile, name):
+    verdicts = hostile["verdicts"][name]
+    statuses, wanted = [v["status"] for v in verdicts], [allowed for _, _, allowed in BATCH_HOSTILE[name][1]]
+    assert len(statuses) == len(wanted) and all(s in w for s, w in zip(statuses, wanted)), (statuses, wanted)
+    assert not any(v["passed"] or "ESCAPED" in v["stdout"] for v in verdicts)
+    if name in ENDS_RUNNER:  # the runner stops after the test that changed it; the program's later tests crash
+        assert ("changed the runner's rlimits" in verdicts[1]["stderr"]
+                or (name == "batch_squeeze_runner" and "runner stopped" in verdicts[1]["stderr"])), verdicts
+
+
+def test_programs_before_and_after_a_hostile_one_get_exactly_their_verdicts_alone(hostile):
+    references, victims = hostile["batch_references"], hostile["batch_victims"]
+    assert len(victims) == len(references) == len(BATCH_HOSTILE) + 1
+    for reference in references:  # alone, each victim found a clean sandbox
+        for verdict in reference:
+            assert verdict["status"] == "ok", verdict
+            state = ast.literal_eval(verdict["stdout"].splitlines()[1])
+            assert state["alone"] and state["read_back"] and state["shm"] == state["here"] == ["note"]
+            assert state["xattrs"] == [[]] * 5 and state["nice"] == 0 and state["policy"] == os.SCHED_OTHER
+    for position, (row, reference) in enumerate(zip(victims, references)):  # in the batch: the same outputs
+        assert [v["status"] for v in row] == ["ok", "ok"], (position, row, reference)
+        assert [v["stdout"] for v in row] == [v["stdout"] for v in reference]
+
+
+def test_batch_shared_sandboxes_and_restarted_only_after_a_runner_ending_program(hostile):
+    # one sandbox for the whole batch; each program that ends its runner runs again first in a fresh one
+    # (where it ends it again, and is blamed), and the programs after it in a third
+    assert hostile["launches"]["batch"] == 2 * len(ENDS_RUNNER) + 1, hostile["launches"]
+
+
+def test_memory_of_a_batch_shows_nothing_of_the_other_programs(hostile):
+    for verdict in hostile["verdicts"]["batch_memory_scan"]:
+        assert verdict["stdout"] == "[]\n", verdict["stdout"][:2000]
+
+
+def test_a_runner_killed_mid_batch_reruns_the_unfinished_programs(hostile):
+    # killed amid the second program: it was not the first of its sandbox, so it and the third run again
+    rows = hostile["verdicts"]["runner_killed_mid_batch"]
+    assert [[(v["status"], v["stdout"]) for v in row] for row in rows] == [
+        [("ok", f"{k}{j}\n") for j in range(3)] for k in range(3)]
+    assert hostile["launches"]["runner_killed_mid_batch"] == 2
 
 
 def test_the_outer_deadline_kills_the_whole_sandbox(hostile):
@@ -613,11 +862,74 @@ def test_verdict_dict_and_limits_validation():
         Limits(wall_s=0)
 
 
-def test_reports_stop_at_the_first_line_that_is_not_the_next_report():
-    good = {"index": 0, "exit": 0, "reason": None, "cpu_s": 0.0, "wall_s": 0.0, "stdout": "", "stderr": ""}
-    lines = [json.dumps(good), json.dumps({**good, "index": 2}), json.dumps({**good, "index": 1})]
-    assert len(sandbox_module._reports("\n".join(lines).encode())) == 1
-    assert sandbox_module._reports(b'{"index": 0, "exit": 0') == []
+def _report(item: int, index: int, stdout: bytes = b"", stderr: bytes = b"") -> bytes:
+    header = {"item": item, "index": index, "exit": 0, "reason": None, "cpu_s": 0.0, "wall_s": 0.0,
+              "stdout_bytes": len(stdout), "stderr_bytes": len(stderr)}
+    return json.dumps(header).encode() + b"\n" + stdout + stderr
+
+
+def test_reports_are_taken_in_order_and_stop_at_the_first_that_is_not_the_next():
+    reports = sandbox_module._reports
+    grouped = reports(_report(0, 0, b"a\nb\n", b"\xff") + _report(0, 1) + _report(1, 0, b"x"), [2, 1], 100)
+    assert [[(r["stdout"], r["stderr"]) for r in row] for row in grouped] == [[("a\nb\n", "\ufffd"), ("", "")],
+                                                                             [("x", "")]]
+    assert [len(row) for row in reports(_report(0, 0) + _report(1, 0) + _report(0, 1), [2, 1], 100)] == [1, 0]
+    assert reports(_report(0, 0, b"x" * 101), [1], 100) == [[]]  # over the cap
+    assert reports(_report(0, 0, b"abc")[:-1], [1], 100) == [[]]  # cut short
+    assert reports(b'{"item": 0, "index": 0', [1], 100) == [[]]
+    assert reports(b"", [1, 2], 100) == [[], []]
+
+
+def test_split_batches_is_even_and_leaves_each_worker_two_batches():
+    from rla_core.coding.sandbox import split_batches
+
+    assert split_batches(list(range(40)), 8, 2) == [list(range(k, k + 8)) for k in range(0, 40, 8)]
+    assert [len(b) for b in split_batches(list(range(20)), 8, 2)] == [5, 5, 5, 5]  # 3 by size, 4 for 2 workers
+    assert [len(b) for b in split_batches(list(range(21)), 8, 1)] == [7, 7, 7]
+    assert split_batches([4, 7, 9], 8, 2) == [[4], [7], [9]]
+    assert split_batches([4, 7, 9], 8, 1) == [[4, 7, 9]] and split_batches([], 8, 2) == []
+    with pytest.raises(ValueError, match="batch_programs"):
+        Sandbox(batch_programs=0)
+
+
+BENIGN_MIX = [
+    "import sys\nn = int(sys.stdin.readline())\nif n < 0:\n    sys.exit(3)\nprint(sum(range(n + 1)))\n",
+    "n = int(input())\nprint(n * 2)\n",
+    "import os\nprint(os.getcwd(), sorted(os.listdir('/scratch')), sorted(os.listdir('/dev/shm')))\n"
+    "open('f', 'w').write(input())\nopen('/dev/shm/g', 'w').write('y')\nprint(open('f').read(), hash('a'))\n",
+    "import sys\nsys.stderr.write('warn\\n')\nraise KeyError(input())\n",
+    "print(1",
+    "import os\nif os.fork() == 0:\n    print('child', flush=True)\n    os._exit(0)\nos.wait()\nprint(input()[::-1])\n",
+]
+
+
+def test_batched_verdicts_equal_one_sandbox_per_program_with_fewer_sandboxes(sandbox, monkeypatch):
+    jobs = [(program + f"# {k}\n", [TestCase(f"{n}\n", str(n * (n + 1) // 2)) for n in (3, -1, 5)])
+            for k, program in enumerate(BENIGN_MIX * 2)]
+    launches = []
+    launch = sandbox_module._launch
+    monkeypatch.setattr(sandbox_module, "_launch", lambda *args: launches.append(1) or launch(*args))
+    alone = Sandbox(sandbox.limits, workers=2, batch_programs=1).run_matrix(jobs)
+    assert len(launches) == len(jobs)
+    ticks = []
+    batched = Sandbox(sandbox.limits, workers=2, batch_programs=4).run_matrix(jobs, progress=ticks.append)
+    assert len(launches) == len(jobs) + 4 and ticks == [1] * len(jobs)
+
+    def seen(rows):
+        return [[(v.status, v.exit_code, v.stdout, v.stderr) for v in row] for row in rows]
+
+    assert seen(batched) == seen(alone)
+    assert {v.status for row in alone for v in row} == {"ok", "wrong", "crash"}
+
+
+def test_run_matrix_answers_refused_and_testless_jobs_without_a_sandbox(sandbox):
+    limits = replace(sandbox.limits, program_bytes=100)
+    jobs = [("print(1)", [TestCase("", "1")]), ("print(1)\x00", [TestCase("", "1")]), ("print(2)", []),
+            ("x = 1\n" * 50, [TestCase(""), TestCase("")]), ("print(3)", [TestCase("", "3"), TestCase("", "4")])]
+    ticks = []
+    rows = sandbox.run_matrix(jobs, limits=limits, progress=ticks.append)
+    assert [[v.status for v in row] for row in rows] == [["ok"], ["blocked"], [], ["blocked"] * 2, ["ok", "wrong"]]
+    assert ticks == [1] * 5
 
 
 def test_self_check_passes_here_and_names_what_is_missing(monkeypatch):
