@@ -28,7 +28,7 @@ from rla_core.coding.problems import CODING
 from rla_core.coding.rollout import with_outcomes, write_programs, write_tests
 from rla_core.coding.sandbox import Limits, Sandbox
 from rla_core.config import Config
-from rla_core.models.factory import build_or_load, save_pretrained
+from rla_core.models.factory import save_pretrained
 from rla_core.models.tokenizer import train_tokenizer
 from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import ProgramRun, Task, Trajectory, UnitTest
@@ -121,13 +121,10 @@ def demo_problems(cfg: Config, paths: RunPaths, count: int, stream: str) -> list
 
 def init_models(paths: RunPaths, cfg: Config) -> dict:
     tasks = demo_problems(cfg, paths, CORPUS_PROBLEMS, "corpus")
-    tokenizer = train_tokenizer(corpus(CODING, tasks, random.Random(f"{cfg.run.seed}/corpus")), cfg.models.vocab_size)
-    summary = {"vocab": len(tokenizer)}
-    for offset, role in enumerate(("policy", "judge", "environment")):
-        model, tok = build_or_load(getattr(cfg.models, role), tokenizer, cfg.run.seed + offset)
-        save_pretrained(model, tok, paths.init_models / role)
-        summary[f"{role}_params"] = sum(p.numel() for p in model.parameters())
-    return summary
+    from tasks.setup import build_models
+
+    texts = corpus(CODING, tasks, random.Random(f"{cfg.run.seed}/corpus"))
+    return build_models(paths, cfg, train_tokenizer(texts, cfg.models.vocab_size))
 
 
 def bootstrap(paths: RunPaths, cfg: Config) -> dict:

@@ -130,7 +130,12 @@ def init_models(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     family = get_environment(cfg.environment.name)
     texts += [json.dumps(family.generate(cfg.environment.knobs, random.Random(i))) for i in range(CORPUS_SPECS)]
     texts += rewrite_corpus(cfg, paths, REWRITE_CORPUS_TASKS)
-    tokenizer = train_tokenizer(texts, cfg.models.vocab_size)
+    return build_models(paths, cfg, train_tokenizer(texts, cfg.models.vocab_size))
+
+
+def build_models(paths: RunPaths, cfg: Config, tokenizer) -> dict:
+    """The policy, judge and environment models (tiny ones built, or the configured paths) with `tokenizer`,
+    saved under models/init; the summary counts the vocabulary and each model's parameters."""
     summary = {"vocab": len(tokenizer)}
     for offset, role in enumerate(("policy", "judge", "environment")):
         model, tok = build_or_load(getattr(cfg.models, role), tokenizer, cfg.run.seed + offset)

@@ -11,13 +11,20 @@ from rla_core.rollout.base import RolloutEngine, SamplingParams
 from rla_core.schemas import Step, Task, Trajectory, UnitTest
 
 
+def _sample(engine: RolloutEngine, tokenizer: Any, prompts: list[str], n: int, params: SamplingParams,
+            progress: Callable[[int], None] | None) -> tuple[list[list[int]], list]:
+    """(prompt ids, n generations per prompt grouped by prompt) in one engine call; no special tokens,
+    as the warm-start tokenises its prompts."""
+    ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    return ids, engine.generate(ids, SamplingParams(params.max_new_tokens, params.temperature, params.seed, n=n),
+                                progress)
+
+
 def write_programs(engine: RolloutEngine, tokenizer: Any, tasks: Sequence[Task], n: int, params: SamplingParams,
                    progress: Callable[[int], None] | None = None) -> list[Trajectory]:
     """n programs per task as one-step trajectories (`action` = the program, None when the answer is
     empty); `success` is filled in after the ground-truth run."""
-    prompts = [policy_prompt(t.spec) for t in tasks]
-    ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    gens = engine.generate(ids, SamplingParams(params.max_new_tokens, params.temperature, params.seed, n=n), progress)
+    ids, gens = _sample(engine, tokenizer, [policy_prompt(t.spec) for t in tasks], n, params, progress)
     out = []
     for t_index, task in enumerate(tasks):
         for j in range(n):
@@ -33,9 +40,7 @@ def write_programs(engine: RolloutEngine, tokenizer: Any, tasks: Sequence[Task],
 def write_tests(engine: RolloutEngine, tokenizer: Any, tasks: Sequence[Task], u: int, params: SamplingParams,
                 progress: Callable[[int], None] | None = None) -> list[UnitTest]:
     """u unit tests per task from the judge, parsed (stdin/stdout None when unparseable)."""
-    prompts = [judge_prompt(t.spec) for t in tasks]
-    ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    gens = engine.generate(ids, SamplingParams(params.max_new_tokens, params.temperature, params.seed, n=u), progress)
+    ids, gens = _sample(engine, tokenizer, [judge_prompt(t.spec) for t in tasks], u, params, progress)
     out = []
     for t_index, task in enumerate(tasks):
         for index in range(u):
