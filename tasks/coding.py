@@ -138,7 +138,8 @@ def bootstrap(paths: RunPaths, cfg: Config) -> dict:
             "judge": (judge_pairs(demos, cfg.coding.demo_tests, random.Random(f"{cfg.run.seed}/judge-demos")),
                       boot.judge_steps, boot.lr)}
     if warm_starts_environment(cfg):
-        jobs["environment"] = (rewrite_pairs_coding(CODING, demos, random.Random(f"{cfg.run.seed}/env-demos")),
+        jobs["environment"] = (rewrite_pairs_coding(CODING, demos, random.Random(f"{cfg.run.seed}/env-demos"),
+                                                    with_feedback=True),
                                boot.environment_steps, boot.environment_lr)
     summary: dict[str, float] = {}
     for role, (pairs, steps, lr) in jobs.items():

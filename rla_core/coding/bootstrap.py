@@ -12,7 +12,7 @@ from rla_core.adaptation.rewriters import build_rewrite_prompt, generator_answer
 from rla_core.envs.base import SpecError
 from rla_core.coding.problems import (CodingFamily, expected_output, io_tests, mutants, reference_program)
 from rla_core.coding.prompts import judge_prompt, policy_prompt, unit_test_text
-from rla_core.schemas import CriticFeedback, Task, _Record
+from rla_core.schemas import CriticFeedback, ProgramRun, Task, _Record
 
 
 class BenchmarkProblem(_Record):
@@ -70,18 +70,44 @@ def judge_pairs(tasks: Sequence[Task], per_task: int, rng: random.Random) -> lis
     return pairs
 
 
-def rewrite_pairs_coding(family: CodingFamily, tasks: Sequence[Task], rng: random.Random) -> list[tuple[str, str]]:
-    """(compact rewrite prompt, pipeline-form answer) pairs from procedural rewrites in both directions
-    (empty feedback: the text shape for the tokenizer and the environment model)."""
+def mutant_feedback(task: Task) -> CriticFeedback:
+    """The critic feedback a problem would get if its failed programs were its mutants: each mutant's
+    output on the GT inputs is computed from its pipeline (our own code, nothing is run), a test it gets
+    wrong is a "wrong: printed ..." failure. For the environment model's warm-start: prompts shaped like
+    the ones it meets in the loop (a crash never appears here)."""
+    from rla_core.coding.critic import coding_feedback
+    from rla_core.coding.problems import apply_ops, candidate_pipelines
+
+    family, tests = task.spec["family"], task.spec["tests"]
+    runs = []
+    for index, ops in enumerate(candidate_pipelines(family, _ops(task))):
+        statuses, details = [], []
+        for test in tests:
+            value = int(test["stdin"]) if family == "int" else test["stdin"].rstrip("\n")
+            out = str(apply_ops(family, ops, value)) + "\n"
+            ok = out == test["stdout"]
+            statuses.append("ok" if ok else "wrong")
+            details.append("" if ok else f"printed {out.strip()[:80]!r}")
+        passed = statuses.count("ok")
+        runs.append(ProgramRun(task_id=task.task_id, sample_index=index, statuses=statuses, details=details,
+                               pass_ratio=passed / len(tests), pass_all=passed == len(tests)))
+    return coding_feedback(task, runs)
+
+
+def rewrite_pairs_coding(family: CodingFamily, tasks: Sequence[Task], rng: random.Random,
+                         with_feedback: bool = False) -> list[tuple[str, str]]:
+    """(compact rewrite prompt, pipeline-form answer) pairs from procedural rewrites in both directions.
+    `with_feedback`: the prompt carries `mutant_feedback` (the environment model's warm-start; the
+    rewrite reads it as in the loop), else empty feedback (the tokenizer corpus: the text shape)."""
     pairs = []
     for task in tasks:
+        feedback = mutant_feedback(task) if with_feedback else CriticFeedback()
         for direction in ("harder", "easier"):
             try:
-                spec, _ = family.adjust(task.spec, direction, CriticFeedback(), rng)
+                spec, _ = family.adjust(task.spec, direction, feedback, rng)
             except ValueError:
                 continue
-            pairs.append((build_rewrite_prompt(task, direction, CriticFeedback(), family, "compact"),
-                          generator_answer(spec)))
+            pairs.append((build_rewrite_prompt(task, direction, feedback, family, "compact"), generator_answer(spec)))
     return pairs
 
 

@@ -208,10 +208,8 @@ def generate_ops(family: str, n_ops: int, max_const: int, rng: random.Random) ->
             return ops
 
 
-def mutants(family: str, ops: list[tuple[str, int]]) -> list[str]:
-    """Wrong programs close to the reference (a changed parameter, a dropped or swapped operation), for
-    the fixed judge benchmark: programs a good unit test must reject. Only true mutants are kept (they
-    differ from the reference on some probe input)."""
+def candidate_pipelines(family: str, ops: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """Pipelines close to `ops`: a parameter one higher, an operation dropped, one more operation."""
     candidates: list[list[tuple[str, int]]] = []
     for i, (op, k) in enumerate(ops):
         if op not in _PARAMLESS:
@@ -220,6 +218,14 @@ def mutants(family: str, ops: list[tuple[str, int]]) -> list[str]:
             candidates.append(ops[:i] + ops[i + 1:])
     other = "sub" if family == "int" else "reverse"
     candidates.append(ops + [(other, 1)])
+    return candidates
+
+
+def mutants(family: str, ops: list[tuple[str, int]]) -> list[str]:
+    """Wrong programs close to the reference (`candidate_pipelines`), for the fixed judge benchmark:
+    programs a good unit test must reject. Only true mutants are kept (they differ from the reference on
+    some probe input)."""
+    candidates = candidate_pipelines(family, ops)
     probes = [str(v) for v in range(0, 21)] if family == "int" else _PROBES["str"]
     keep, seen = [], set()
     for cand in candidates:

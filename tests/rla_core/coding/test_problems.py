@@ -372,3 +372,22 @@ def test_build_benchmark_measures_what_the_sandbox_says(sandbox, pool_tasks):
         assert problem.pass_all[0] is True
     marked = [(b.task.task_id, p) for b in bench for p, ok in zip(b.programs[1:], b.pass_all[1:]) if ok]
     assert (pool_tasks[-1].task_id, reference_program("str", [("drop", 3), ("first", 4), ("reverse", 0)])) in marked
+
+
+def test_mutant_feedback_equals_the_critic_feedback_of_the_mutants_run_in_the_sandbox(sandbox):
+    """The environment model's warm-start feedback (computed from the mutant pipelines, nothing run) is
+    exactly what the critic writes when those programs really run on the GT tests in the sandbox."""
+    from rla_core.coding.bootstrap import mutant_feedback
+    from rla_core.coding.critic import coding_feedback
+    from rla_core.coding.execute import run_ground_truth
+    from rla_core.coding.problems import candidate_pipelines
+
+    tasks = generate_mixed(CODING, {}, [2, 3], 6, random.Random(11), "fb", set())
+    for task in tasks:
+        programs = [reference_program(task.spec["family"], ops)
+                    for ops in candidate_pipelines(task.spec["family"], _ops(task.spec))]
+        trajectories = [_trajectory(task, j, p) for j, p in enumerate(programs)]
+        runs = run_ground_truth(sandbox, Limits(), {task.task_id: task}, trajectories)
+        real = coding_feedback(task, runs)
+        assert mutant_feedback(task) == real
+        assert real.failed >= 1 and real.unit == "test"
