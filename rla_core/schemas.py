@@ -134,8 +134,7 @@ class CriticFeedback(_Record):
             lines.append(line + (f'; judge: "{item.rationale}"' if item.rationale else ""))
         if self.omitted:
             lines.append(f"({self.omitted} more rejected actions not shown)")
-        text = "\n".join(lines)
-        return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
+        return _cut("\n".join(lines), max_chars)
 
     def _render_tests(self, max_chars: int) -> str:
         if not self.failed:
@@ -146,8 +145,11 @@ class CriticFeedback(_Record):
                   for item in self.actions]
         if self.omitted:
             lines.append(f"({self.omitted} more failed tests not shown)")
-        text = "\n".join(lines)
-        return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
+        return _cut("\n".join(lines), max_chars)
+
+
+def _cut(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
 
 
 class TaskRecordEvent(_Record):

@@ -31,7 +31,7 @@ from rla_core.config import Config
 from rla_core.models.factory import save_pretrained
 from rla_core.models.tokenizer import train_tokenizer
 from rla_core.rollout.base import SamplingParams
-from rla_core.schemas import ProgramRun, Task, Trajectory, UnitTest
+from rla_core.schemas import ProgramRun, Step, Task, Trajectory, UnitTest
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, progress_bar, stage_seed
 from tasks.engines import engine_for
@@ -106,8 +106,6 @@ def build_benchmark(cfg: Config, tasks: list[Task]) -> list[BenchmarkProblem]:
 
 
 def _program_trajectory(task: Task, index: int, program: str) -> Trajectory:
-    from rla_core.schemas import Step
-
     step = Step(index=0, prompt_ids=[], response_ids=[], response_text=program, action=program, observation="")
     return Trajectory(task_id=task.task_id, slot_id=task.slot_id, sample_index=index, goal=task.spec["statement"],
                       initial_observation="", steps=[step], success=False)

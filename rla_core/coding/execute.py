@@ -96,16 +96,18 @@ def run_unit_tests(sandbox: Sandbox, base: Limits, tasks: dict[str, Task], traje
                 owners.append((task_id, trajectory.sample_index))
     verdicts = _run(sandbox, jobs, progress)
     passed = {owner: [v.passed for v in result] for owner, result in zip(owners, verdicts)}
+    # where each parsed test sits in its task's job (the order the cases were sent in)
+    position = {(task_id, t.index): i for task_id, group in by_task.items()
+                for i, t in enumerate(t for t in group if t.stdin is not None)}
+    order = {task_id: sorted(group, key=lambda t: t.sample_index) for task_id, group in programs.items()}
     out = []
     for test in tests:
+        programs_here = order.get(test.task_id, [])
         if test.stdin is None:
-            out.append(test.model_copy(update={"passes": [False] * len(programs.get(test.task_id, []))}))
+            out.append(test.model_copy(update={"passes": [False] * len(programs_here)}))
             continue
-        position = [t.index for t in by_task[test.task_id] if t.stdin is not None].index(test.index)
-        row = []
-        for trajectory in sorted(programs.get(test.task_id, []), key=lambda t: t.sample_index):
-            results = passed.get((test.task_id, trajectory.sample_index))
-            row.append(bool(results and results[position]))
+        at = position[(test.task_id, test.index)]
+        row = [bool((results := passed.get((test.task_id, t.sample_index))) and results[at]) for t in programs_here]
         out.append(test.model_copy(update={"passes": row}))
     return out
 
