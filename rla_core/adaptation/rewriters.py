@@ -174,8 +174,6 @@ def build_rewrite_prompt(task: Task, direction: Direction, feedback: CriticFeedb
 def generator_answer(spec: dict[str, Any]) -> str:
     """The generator form of a generated spec, `{"knobs": ..., "seed": ...}` as JSON: what a compact-mode
     environment model is taught to write; `family.spec_from_answer` expands it back to `spec`."""
-    if "ops" in spec and "family" in spec:  # a coding pipeline: its own generator form
-        return json.dumps({"family": spec["family"], "ops": spec["ops"], "seed": spec["seed"]})
     return json.dumps({"knobs": spec["knobs"], "seed": spec["seed"]})
 
 

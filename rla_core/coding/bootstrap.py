@@ -8,7 +8,7 @@ import json
 import random
 from collections.abc import Sequence
 
-from rla_core.adaptation.rewriters import build_rewrite_prompt, generator_answer, spec_hash
+from rla_core.adaptation.rewriters import build_rewrite_prompt, spec_hash
 from rla_core.envs.base import SpecError
 from rla_core.coding.problems import (CodingFamily, expected_output, io_tests, mutants, reference_program)
 from rla_core.coding.prompts import judge_prompt, policy_prompt, unit_test_text
@@ -107,7 +107,8 @@ def rewrite_pairs_coding(family: CodingFamily, tasks: Sequence[Task], rng: rando
                 spec, _ = family.adjust(task.spec, direction, feedback, rng)
             except ValueError:
                 continue
-            pairs.append((build_rewrite_prompt(task, direction, feedback, family, "compact"), generator_answer(spec)))
+            prompt = build_rewrite_prompt(task, direction, feedback, family, "compact")
+            pairs.append((prompt, family.generator_answer(spec)))
     return pairs
 
 

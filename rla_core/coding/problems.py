@@ -352,6 +352,11 @@ class CodingFamily:
         new = spec_from_ops(family, new_ops, seed, knobs)
         return new, Adjustment(knob=knob, before=len(ops), after=len(new_ops), evidence=evidence, reason=reason)
 
+    def generator_answer(self, spec: dict[str, Any]) -> str:
+        """The pipeline form of a procedural spec, what the compact-mode environment model writes;
+        `spec_from_answer` expands it back to exactly `spec`."""
+        return json.dumps({"family": spec["family"], "ops": spec["ops"], "seed": spec["seed"]})
+
     def describe_schema(self) -> str:
         return ('{"statement": str, "tests": [{"stdin": str, "stdout": str}, ...] (at least 4), '
                 '"time_limit_s": float}  or  {"family": "int"|"str", "ops": [[op, k], ...], "seed": int}; '

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from rla_core.adaptation.rewriters import first_json_object, generator_answer, spec_hash
+from rla_core.adaptation.rewriters import first_json_object, spec_hash
 from rla_core.coding.bootstrap import benchmark_programs, generate_mixed
 from rla_core.coding.critic import coding_feedback
 from rla_core.coding.execute import run_ground_truth
@@ -290,11 +290,11 @@ def _adjusted_specs() -> list[tuple[dict, dict]]:
 
 
 def test_generator_answer_of_an_adjusted_spec_gives_back_its_problem():
-    """The environment model's training target (generator_answer, as rewrite_pairs_coding writes it),
+    """The environment model's training target (CODING.generator_answer, as rewrite_pairs_coding writes it),
     read as the LLM rewriter reads an answer (first_json_object → spec_from_answer): the same problem —
     statement, tests, pipeline, seed — and so the same content hash."""
     for _, adjusted in _adjusted_specs():
-        text = f"Answer: {generator_answer(adjusted)} <eos> trailing words {{"
+        text = f"Answer: {CODING.generator_answer(adjusted)} <eos> trailing words {{"
         back = CODING.spec_from_answer(first_json_object(text))
         assert {k: v for k, v in back.items() if k != "knobs"} == {k: v for k, v in adjusted.items() if k != "knobs"}
         assert CODING.content_hash(back) == CODING.content_hash(adjusted)
@@ -303,7 +303,7 @@ def test_generator_answer_of_an_adjusted_spec_gives_back_its_problem():
 
 def test_generator_answer_of_an_adjusted_spec_expands_back_exactly():
     for _, adjusted in _adjusted_specs():
-        back = CODING.spec_from_answer(first_json_object(generator_answer(adjusted)))
+        back = CODING.spec_from_answer(first_json_object(CODING.generator_answer(adjusted)))
         assert back == adjusted
 
 
