@@ -56,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     with_config("bootstrap", "supervised warm-start of policy and judge + baseline evaluation (DVC stage)")
     evaluate = with_config("eval", "evaluate a run's latest (or given) policy and judge on held-out tasks")
     evaluate.add_argument("--iteration", type=int, default=None, help="default: the latest completed")
+    evaluate.add_argument("--games", default=None, metavar="DIR",
+                          help="TextWorld runs: play every game file (*.z8) under DIR instead of the held-out "
+                          "tasks; sub-folders are tiers")
+    evaluate.add_argument("--episodes", type=int, default=1, help="--games: episodes per game (default 1)")
+    evaluate.add_argument("--temperature", type=float, default=0.0,
+                          help="--games: policy sampling temperature (default 0: greedy)")
     abl = with_config("ablation", "the paper's ablation rows (a) outcome only … (d) full loop, over several seeds")
     abl.add_argument("--seeds", type=int, default=3, help="seeds run.seed, run.seed+1, … (default 3)")
     abl.add_argument("--rows", default="abcd", help="rows to run, e.g. abcd or ad (default abcd)")
@@ -131,6 +137,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "ablation":
         return commands.run_ablation(configs, args.overrides, args.seeds, args.rows, args.name, args.out)
     if args.command == "eval":
+        if args.games is not None:
+            return commands.evaluate_games(configs, args.overrides, args.iteration, args.games, args.episodes,
+                                           args.temperature, args.out)
         return commands.evaluate(configs, args.overrides, args.iteration, args.out)
     return commands.run(configs, args.overrides, args.out)
 

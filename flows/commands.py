@@ -129,6 +129,36 @@ def evaluate(configs: list[str], overrides: list[str], iteration: int | None, ou
     return 0
 
 
+def evaluate_games(configs: list[str], overrides: list[str], iteration: int | None, games: str, episodes: int,
+                   temperature: float, out: str | None = None) -> int:
+    """`rla eval --games DIR`: the run's policy and judge on every TextWorld game under DIR (tasks/game_eval.py)."""
+    from pathlib import Path
+
+    from tasks import preflight
+
+    cfg = preflight.check(configs, overrides, command="eval", iteration=iteration)
+    from rla_core.errors import BadValue
+    from tasks.game_eval import evaluate_games as play_games
+    from tasks.game_eval import log_game_evaluation
+    from tasks.paths import RunPaths
+
+    paths = RunPaths.of(run_folder(cfg))
+    done = paths.completed_iterations()
+    k = iteration if iteration is not None else (done[-1] if done else 0)
+    if k and k not in done:
+        raise BadValue(f"iteration {k} is not complete in {paths.root}; completed: {done}")
+    result = play_games(cfg, paths.root, k, Path(games), episodes, temperature)
+    log_game_evaluation(str(paths.root), result)
+    if out:
+        _emit({k2: v for k2, v in result.items() if k2 != "table"}, out)
+    print(result["table"])
+    for item in result["skipped"]:
+        print(f"skipped {item['game']}: {item['reason']}")
+    print(f"{sum(int(r['games']) for t, r in result['tiers'].items() if t != 'all')} games, "
+          f"{result['seconds']:.1f} s; results: {result['folder']}")
+    return 0
+
+
 def run_ablation(configs: list[str], overrides: list[str], seeds: int, rows: str, name: str,
                  out: str | None = None) -> int:
     from tasks import preflight
@@ -161,6 +191,9 @@ def build_data(configs: list[str], overrides: list[str], out: str | None) -> int
         command = "rla data build " + " ".join([f"--config {c}" for c in configs] + [f"--set {o}" for o in overrides])
         print(json.dumps(datasets.write_manifest(folder, files, command, ""), indent=2))
         return 0
+    from tasks.common import bind_environment
+
+    bind_environment(cfg, Path(cfg.run.output_dir) / f"{cfg.run.name}-data-build")  # TextWorld: its games/
     tasks = datasets.build_task_files(cfg, folder)
     print(f"task files: {', '.join(str(p) for p in tasks.values())}")
     build = [f"run.name={cfg.run.name}-data-build", "eval.judge_benchmark=null",

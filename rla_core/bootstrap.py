@@ -95,7 +95,7 @@ def rewrite_pairs(family: EnvironmentFamily, items: Iterable[tuple[Task, CriticF
     horizon)` (a task whose knobs are stuck in a direction gives none there). Prompt = the compact
     `build_rewrite_prompt`; target = `generator_answer(rewrite)`, which `family.spec_from_answer`
     expands back to the rewrite."""
-    pairs = []
+    pairs, answer = [], getattr(family, "generator_answer", generator_answer)
     for task, feedback in items:
         for direction in DIRECTIONS:
             prompt = build_rewrite_prompt(task, direction, feedback, family, "compact")
@@ -104,7 +104,7 @@ def rewrite_pairs(family: EnvironmentFamily, items: Iterable[tuple[Task, CriticF
                     spec, _change = family.adjust(task.spec, direction, feedback, rng, horizon)
                 except SpecError:
                     continue
-                pairs.append((prompt, generator_answer(spec)))
+                pairs.append((prompt, answer(spec)))
     return pairs
 
 
@@ -122,10 +122,18 @@ def generate_tasks(family: EnvironmentFamily, knobs: dict, count: int, rng: rand
     """`count` valid tasks, playable within `horizon` turns, whose games (content hashes) differ from
     each other and from `exclude`."""
     tasks, seen = [], set(exclude)
+    warm = getattr(family, "warm", None)  # a family that builds games (TextWorld) builds the drafts in parallel
+    if warm is not None and count > 1:
+        warm(knobs, rng, count)
+    repeats = 0
     while len(tasks) < count:
         spec = family.validate(family.generate(knobs, rng, horizon=horizon), horizon)
         content = family.content_hash(spec)
         if content in seen:
+            repeats += 1
+            if repeats > 50 * count:
+                raise SpecError(f"only {len(tasks)} of {count} distinct games found at knobs {knobs} "
+                                f"({repeats} draws repeated a game): allow more games (e.g. a larger pool)")
             continue
         seen.add(content)
         slot = f"{prefix}{len(tasks):04d}"

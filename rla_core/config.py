@@ -217,8 +217,21 @@ class CodingConfig(_Section):
                                     "(reference program + mutants per problem); 0 = none")
 
 
+class TextWorldConfig(_Section):
+    """TextWorld games (environment.name = textworld): building them and what the models see of them."""
+
+    workers: int = Field(0, ge=0, description="processes that build games in parallel; 0 = the machine's CPU "
+                         "count (at most 4)")
+    observation_chars: int = Field(400, gt=20, description="cap on one cleaned observation (characters)")
+    goal_chars: int = Field(400, gt=20, description="cap on the cleaned objective shown as the goal (characters)")
+
+
 class BootstrapConfig(_Section):
     demos: int = Field(600, ge=0, description="oracle demonstration episodes for the policy warm-start")
+    corpus_walks: int = Field(200, ge=1, description="noisy oracle walks whose prompts train the tokenizer")
+    corpus_specs: int = Field(50, ge=0, description="generated task specs (JSON) in the tokenizer corpus")
+    corpus_rewrites: int = Field(50, ge=0, description="tasks whose compact rewrite prompts and answers are in the "
+                                 "tokenizer corpus")
     policy_steps: int = Field(300, ge=0, description="optimizer steps of the policy's warm-start")
     judge_steps: int = Field(150, ge=0, description="optimizer steps of the judge's warm-start on oracle step "
                              "labels")
@@ -308,6 +321,8 @@ class Config(_Section):
     reward: RewardConfig = Field(RewardConfig(), description="how outcome and step rewards combine")
     train: TrainConfig = Field(TrainConfig(), description="policy and judge RL updates")
     coding: CodingConfig = Field(CodingConfig(), description="the coding setting (environment.name = coding)")
+    textworld: TextWorldConfig = Field(TextWorldConfig(), description="TextWorld games (environment.name = "
+                                       "textworld)")
     bootstrap: BootstrapConfig = Field(BootstrapConfig(), description="supervised warm-start before RL")
     eval: EvalConfig = Field(EvalConfig(), description="held-out evaluation")
     tracking: TrackingConfig = Field(TrackingConfig(), description="MLflow tracking")

@@ -25,8 +25,11 @@ from tasks.versioning import config_hash, data_version, git_state, init_run_repo
 
 
 def versioned_paths(paths: RunPaths, k: int) -> list[Path]:
-    """The iteration's task store, training batches and (when trained) checkpoints."""
+    """The iteration's task store, training batches, (when trained) checkpoints and, for TextWorld, the
+    run's game cache (every game built so far, content-addressed)."""
     chosen = [paths.it(k).store, paths.it(k).data]
+    if paths.games.is_dir():
+        chosen.append(paths.games)
     for role in ("policy", "judge"):
         model = paths.it(k).model(role)
         if model.is_dir():

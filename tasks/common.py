@@ -22,6 +22,20 @@ def eval_seed(cfg: Config) -> int:
     return stage_seed(cfg, 0, "evaluate")
 
 
+def bind_environment(cfg: Config, run_root: str | Path) -> None:
+    """Point the configured environment family at the run's own files: TextWorld builds and finds its
+    games under `<run>/games/` (a no-op for families without files)."""
+    from rla_core.envs.base import get_environment
+    from tasks.paths import RunPaths
+
+    family = get_environment(cfg.environment.name)
+    configure = getattr(family, "configure", None)
+    if configure is not None:
+        tw = cfg.textworld
+        configure(games=RunPaths.of(run_root).games, workers=tw.workers, observation_chars=tw.observation_chars,
+                  goal_chars=tw.goal_chars)
+
+
 def load_model(path: Path) -> tuple[Any, Any]:
     model, tokenizer = load_pretrained(path)
     model.eval()

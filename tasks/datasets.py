@@ -34,6 +34,9 @@ from tasks.paths import RunPaths
 from tasks.storage import read_records, write_json, write_records
 
 SPLITS = {"heldout": 400, "dev": 200}  # tasks per split
+# TextWorld games cost about a second each to build: 100 held-out games (the fewest a held-out success
+# rate should rest on here) and a smaller dev split
+ENV_SPLITS = {"textworld": {"heldout": 100, "dev": 40}}
 BENCHMARK_FILES = {"heldout": "judge_benchmark.jsonl", "dev": "judge_benchmark_dev.jsonl"}
 PER_CLASS = 150  # good and as many bad steps per policy and split
 ORACLE_SLIP = 0.3  # random-command probability of the slipping oracle
@@ -75,11 +78,12 @@ def build_task_files(cfg: Config, out: Path) -> dict[str, Path]:
     Existing files are kept (they are the versioned data); delete one to regenerate it."""
     family = get_environment(cfg.environment.name)
     horizon, seen, files = cfg.rollout.max_steps, set(), {}
-    for split, count in SPLITS.items():
+    # fresh seeds, not the training pool's drafts (TextWorld's `pool` knob): no split game is a pool game
+    knobs = {k: v for k, v in cfg.environment.knobs.items() if k != "pool"}
+    for split, count in ENV_SPLITS.get(family.name, SPLITS).items():
         path = out / f"{split}.jsonl"
         if not path.is_file():
-            tasks = generate_tasks(family, cfg.environment.knobs, count, random.Random(f"data/{split}"), split,
-                                   seen, horizon)
+            tasks = generate_tasks(family, knobs, count, random.Random(f"data/{split}"), split, seen, horizon)
             write_records(path, tasks)
         seen |= {family.content_hash(t.spec) for t in read_records(path, Task)}
         files[split] = path

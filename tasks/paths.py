@@ -133,6 +133,11 @@ class RunPaths:
         return self.root / "seed" / "reserved.json"
 
     @property
+    def games(self) -> Path:
+        """TextWorld: the run's content-addressed game cache (rla_core/envs/textworld/games.py)."""
+        return self.root / "games"
+
+    @property
     def init_models(self) -> Path:
         return self.root / "models" / "init"
 

@@ -39,6 +39,7 @@ from rla_core.errors import BadValue, DataError, MissingFile
 from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.records import explain_record_error, load_json_file, read_numbered
 from rla_core.schemas import JudgedStep, Task, TrainingSample, Trajectory
+from tasks.common import bind_environment
 from tasks.paths import COMPLETE, ROLES, RunPaths
 from tasks.storage import DONE_MARKER
 
@@ -437,6 +438,7 @@ def check(configs: list[str] | None, overrides: list[str] | None, *, command: Co
     _check_run_name(cfg)
     _check_names(cfg)
     paths = RunPaths.of(Path(cfg.run.output_dir) / cfg.run.name)
+    bind_environment(cfg, paths.root)  # TextWorld: the task files' games are built into the run's games/
     exists = run_folder and _check_run_folder(paths, cfg, command)
     if command == "eval":
         if not exists:

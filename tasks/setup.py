@@ -27,10 +27,10 @@ from tasks.stage import stage
 from tasks.storage import read_json, read_records, write_json, write_records
 
 WALK_NOISE = 0.25  # random actions in policy demonstrations, so the policy sees recovery states
-# Tokenizer corpus: policy and judge prompts of noisy oracle walks, generated task specs, and compact
-# rewrite prompts with their answers (whatever the rewriter, so the tokenizer never depends on it).
-CORPUS_WALKS, CORPUS_WALK_NOISE, CORPUS_SPECS = 200, 0.5, 50
-REWRITE_CORPUS_TASKS = 50
+# Tokenizer corpus: policy and judge prompts of noisy oracle walks (bootstrap.corpus_walks), generated task
+# specs (corpus_specs), and compact rewrite prompts with their answers (corpus_rewrites; whatever the
+# rewriter, so the tokenizer never depends on it).
+CORPUS_WALK_NOISE = 0.5
 # Environment-model warm-start: episodes per task (temperature 1), judge samples per step, and
 # procedural rewrites per task and direction.
 ENV_EPISODES, ENV_JUDGE_M, ENV_DRAWS = 4, 2, 2
@@ -124,12 +124,13 @@ def init_models(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
 
     if coding.is_coding(cfg):
         return coding.init_models(paths, cfg)
-    walks = demo_walks(cfg, paths, CORPUS_WALKS, CORPUS_WALK_NOISE, "corpus")
+    boot = cfg.bootstrap
+    walks = demo_walks(cfg, paths, boot.corpus_walks, CORPUS_WALK_NOISE, "corpus")
     keep = cfg.rollout.history_turns
     texts = [p + t for p, t in policy_pairs(walks, keep) + judge_pairs(walks, keep)]
     family = get_environment(cfg.environment.name)
-    texts += [json.dumps(family.generate(cfg.environment.knobs, random.Random(i))) for i in range(CORPUS_SPECS)]
-    texts += rewrite_corpus(cfg, paths, REWRITE_CORPUS_TASKS)
+    texts += [json.dumps(family.generate(cfg.environment.knobs, random.Random(i))) for i in range(boot.corpus_specs)]
+    texts += rewrite_corpus(cfg, paths, boot.corpus_rewrites)
     return build_models(paths, cfg, train_tokenizer(texts, cfg.models.vocab_size))
 
 

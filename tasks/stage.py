@@ -28,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 
 from rla_core.config import Config
 from tasks import faults
+from tasks.common import bind_environment
 from tasks.object_store import open_store
 from tasks.paths import RunPaths, run_config
 from tasks.storage import done_summary, is_done, mark_done
@@ -71,6 +72,7 @@ class Stage:
     def run_here(self, run_dir: str, iteration: int = 0) -> dict:
         """Skip when done, else run, time, mark and publish the body (the steps in the module doc)."""
         paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
+        bind_environment(cfg, paths.root)
         out = self.out_dir(paths, iteration)
         store = open_store(cfg, paths.root)
         if self.scope == "iteration":

@@ -114,7 +114,8 @@ class EnvironmentFamily(Protocol):
 
 ENVIRONMENTS: Registry[EnvironmentFamily] = Registry("environment", "environment.name",
                                                    {"household": "rla_core.envs.household",
-                                                    "coding": "rla_core.coding.problems"})
+                                                    "coding": "rla_core.coding.problems",
+                                                    "textworld": "rla_core.envs.textworld"})
 
 
 def register_environment(family: EnvironmentFamily) -> EnvironmentFamily:
@@ -128,7 +129,11 @@ def get_environment(name: str) -> EnvironmentFamily:
 def check_task_lines(numbered: list[tuple[int, Task]], family: EnvironmentFamily, horizon: int | None,
                      where: str) -> None:
     """Each (line, task) of a task file is for `family` and has a valid spec at `horizon`; else one
-    error `where:LINE: task ID: what is wrong`."""
+    error `where:LINE: task ID: what is wrong`. A family that builds its games (TextWorld) builds the
+    missing ones in parallel first."""
+    prepare = getattr(family, "prepare", None)
+    if prepare is not None:
+        prepare([task.spec for _, task in numbered if task.env == family.name])
     for line, task in numbered:
         if task.env != family.name:
             raise BadValue(f"{where}:{line}: task {task.task_id} is for '{task.env}', not '{family.name}'")
