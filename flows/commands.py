@@ -193,13 +193,15 @@ def build_data(configs: list[str], overrides: list[str], out: str | None) -> int
         return 0
     from tasks.common import bind_environment
 
-    bind_environment(cfg, Path(cfg.run.output_dir) / f"{cfg.run.name}-data-build")  # TextWorld: its games/
+    # TextWorld: the splits' games go to the build run's games/ (the archive is what this writes)
+    bind_environment(cfg, Path(cfg.run.output_dir) / f"{cfg.run.name}-data-build", use_archive=False)
     tasks = datasets.build_task_files(cfg, folder)
     print(f"task files: {', '.join(str(p) for p in tasks.values())}")
     build = [f"run.name={cfg.run.name}-data-build", "eval.judge_benchmark=null",
              f"environment.heldout_file={tasks['heldout']}", f"environment.reserved_files=[{tasks['dev']}]"]
     run_dir = prepare_flow(configs, overrides + build)["run_dir"]
-    files = {**tasks, **datasets.build_benchmarks(load_config(configs, overrides + build), run_dir, tasks, folder)}
+    splits = {split: tasks[split] for split in datasets.BENCHMARK_FILES}
+    files = {**tasks, **datasets.build_benchmarks(load_config(configs, overrides + build), run_dir, splits, folder)}
     command = "rla data build " + " ".join([f"--config {c}" for c in configs] + [f"--set {o}" for o in overrides])
     manifest = datasets.write_manifest(folder, files, command, Path(run_dir).name)
     print(json.dumps(manifest, indent=2))

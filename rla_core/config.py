@@ -224,6 +224,9 @@ class TextWorldConfig(_Section):
                          "count (at most 4)")
     observation_chars: int = Field(400, gt=20, description="cap on one cleaned observation (characters)")
     goal_chars: int = Field(400, gt=20, description="cap on the cleaned objective shown as the goal (characters)")
+    games_archive: str | None = Field(
+        None, description="tar.xz of built games unpacked into the run's games/ (e.g. data/textworld/games.tar.xz, "
+        "the held-out and dev games `rla data build` ships), so they are not built again; None = build all")
 
 
 class BootstrapConfig(_Section):

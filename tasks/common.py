@@ -22,18 +22,26 @@ def eval_seed(cfg: Config) -> int:
     return stage_seed(cfg, 0, "evaluate")
 
 
-def bind_environment(cfg: Config, run_root: str | Path) -> None:
+def bind_environment(cfg: Config, run_root: str | Path, use_archive: bool = True) -> None:
     """Point the configured environment family at the run's own files: TextWorld builds and finds its
-    games under `<run>/games/` (a no-op for families without files)."""
+    games under `<run>/games/`, after unpacking `textworld.games_archive` there (not when `use_archive` is
+    False: `rla data build`, which writes it). A no-op for families without files."""
     from rla_core.envs.base import get_environment
     from tasks.paths import RunPaths
 
     family = get_environment(cfg.environment.name)
     configure = getattr(family, "configure", None)
     if configure is not None:
+        from rla_core.config import resolve_data_path
+        from rla_core.errors import MissingFile
+
         tw = cfg.textworld
+        archive = resolve_data_path(tw.games_archive) if (tw.games_archive and use_archive) else None
+        if archive is not None and not archive.is_file():
+            raise MissingFile(f"textworld.games_archive: not found: {tw.games_archive} (looked at {archive}); "
+                              "`rla data build --config configs/textworld.yaml` writes it")
         configure(games=RunPaths.of(run_root).games, workers=tw.workers, observation_chars=tw.observation_chars,
-                  goal_chars=tw.goal_chars)
+                  goal_chars=tw.goal_chars, archive=archive)
 
 
 def load_model(path: Path) -> tuple[Any, Any]:

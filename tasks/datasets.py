@@ -87,6 +87,12 @@ def build_task_files(cfg: Config, out: Path) -> dict[str, Path]:
             write_records(path, tasks)
         seen |= {family.content_hash(t.spec) for t in read_records(path, Task)}
         files[split] = path
+    export = getattr(getattr(family, "cache", None), "export", None)
+    if export is not None:  # TextWorld: the built games of both splits, so runs need not build them again
+        archive = out / "games.tar.xz"
+        if not archive.is_file():
+            export([t.spec for split in files.values() for t in read_records(split, Task)], archive)
+        files["games"] = archive
     return files
 
 
@@ -124,6 +130,11 @@ def write_manifest(out: Path, files: dict[str, Path], command: str, source_run: 
                 mine = [s for s in steps if s.source == source]
                 entry[source] = {"good": sum(s.good for s in mine), "bad": sum(not s.good for s in mine),
                                  "from_successful_runs": sum(s.success for s in mine)}
+        elif path.name.endswith(".tar.xz"):
+            import tarfile
+
+            with tarfile.open(path) as tar:
+                entry["games"] = sum(1 for n in tar.getnames() if n.endswith(".z8"))
         else:
             entry["tasks"] = len(read_records(path, Task))
         entries[name] = entry

@@ -31,6 +31,8 @@ from tasks.paths import RunPaths
 from tasks.storage import write_json, write_records
 
 Z = 1.959964  # two-sided 95 % normal quantile
+# benchmark_metrics key -> the name in the games table (p+ = a good step judged good, p- = a bad one judged bad)
+JUDGE_KEYS = {"balanced_acc": "balanced_acc", "p_pos": "p_plus", "p_neg": "p_minus", "mu": "mu"}
 
 
 def wilson(successes: int, n: int) -> tuple[float, float]:
@@ -40,7 +42,9 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
     p = successes / n
     centre = (p + Z * Z / (2 * n)) / (1 + Z * Z / n)
     half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / (1 + Z * Z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends, not 1e-17 off
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
 
 
 def collect_games(folder: Path) -> list[tuple[str, Path]]:
@@ -121,7 +125,7 @@ def evaluate_games(cfg: Config, run_dir: str | Path, iteration: int, games_dir: 
             "success_rate": wins / len(played), "success_low": low, "success_high": high,
             "mean_steps": sum(len(t.steps) for t in played) / len(played),
             "walkthrough_steps": sum(by_task[t.task_id].difficulty for t in played) / len(played),
-            **{f"judge_{k}": v for k, v in judged.items() if k in ("balanced_acc", "p_plus", "p_minus", "mu")},
+            **{f"judge_{name}": judged[key] for key, name in JUDGE_KEYS.items() if key in judged},
         }
     slug = _slug(games_dir)
     out = paths.root / "eval" / f"games-{slug}" / f"iter_{iteration:04d}"

@@ -65,10 +65,13 @@ class TextWorldFamily:
         return self._cache
 
     def configure(self, games: str | Path, workers: int = 0, observation_chars: int | None = None,
-                  goal_chars: int | None = None) -> None:
+                  goal_chars: int | None = None, archive: str | Path | None = None) -> None:
         """Build and find games under `games` from now on (a run's `games/`); `workers` build processes
-        (0 = the CPU count, at most 4); caps on the cleaned texts."""
+        (0 = the CPU count, at most 4); caps on the cleaned texts; `archive`: a shipped tar.xz of built
+        games (data/textworld/games.tar.xz) unpacked into the cache once, so they are not built again."""
         self._cache = GameCache(games)
+        if archive is not None:
+            self._cache.import_archive(Path(archive))
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
         if observation_chars:
             self.observation_chars = observation_chars

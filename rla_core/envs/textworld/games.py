@@ -11,7 +11,8 @@ The cache is a folder (a run's `games/`):
   index/<key>.json               spec key -> {content, walkthrough, objective, ...} or {error}
 
 so a spec is never built twice, two specs that make the same game share its files, and a spec the
-engine refused is not retried. Every file is written under a temporary name and renamed, so parallel
+engine refused is not retried. `export` packs the games of some specs into a tar.xz (the shipped
+held-out and dev games) and `import_archive` unpacks one into a cache, once. Every file is written under a temporary name and renamed, so parallel
 builders (processes of `prepare`) and a killed build never leave a half-written game behind.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -259,6 +261,57 @@ class GameCache:
         if bar is not None:
             bar.close()
         return {"cached": len(seen) - len(todo), "built": built, "refused": refused}
+
+
+    def export(self, specs: Sequence[dict[str, Any]], archive: Path) -> int:
+        """Write the games of `specs` (built first when missing) with their index records to a tar.xz
+        `archive` (what `rla data build` ships beside the held-out and dev files); returns the game count."""
+        names: set[str] = set()
+        for spec in specs:
+            spec = parse_spec(spec)
+            record = self.get(spec)
+            if "game_file" in spec:
+                raise SpecError("only generated games go into an archive, not game files")
+            names |= {f"{INDEX}/{build_key(spec)}.json", record["file"], record["file"][:-3] + ".json"}
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        tmp = archive.with_name(f".{archive.name}.tmp")
+        with tarfile.open(tmp, "w:xz", preset=9) as tar:
+            for name in sorted(names):
+                info = tar.gettarinfo(self.root / name, arcname=name)
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""  # same bytes every time
+                with open(self.root / name, "rb") as handle:
+                    tar.addfile(info, handle)
+        os.replace(tmp, archive)
+        return sum(1 for n in names if n.endswith(".z8"))
+
+    def import_archive(self, archive: Path) -> int:
+        """Unpack an `export`ed archive into the cache once (a marker names its sha256); files already there
+        are kept. Returns the number of files added (0 when it was imported before)."""
+        digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
+        marker = self.root / INDEX / f".imported-{digest}"
+        if marker.is_file():
+            return 0
+        added = 0
+        (self.root / INDEX).mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                name = Path(member.name)
+                if not member.isfile() or name.is_absolute() or ".." in name.parts or len(name.parts) > 2 \
+                        or (len(name.parts) == 2 and name.parts[0] != INDEX):
+                    raise SpecError(f"{archive}: unexpected member {member.name!r} (a game archive holds "
+                                    "<content>.z8/.json and index/<key>.json only)")
+                target = self.root / name
+                if target.exists():
+                    continue
+                data = tar.extractfile(member).read()
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, target)
+                added += 1
+        _atomic_write(marker, archive.name + "\n")
+        return added
 
 
 def _build_one(root: str, spec: dict[str, Any]) -> bool:

@@ -116,11 +116,14 @@ def parse_spec(spec: Any) -> dict[str, Any]:
 
 def build_key(spec: dict[str, Any]) -> str:
     """sha256[:16] of what the generator is asked to build (generator, knobs, seed, objective), or of
-    the game file's resolved path and bytes: the game cache's index key."""
+    the game file's resolved path and the bytes of it and its .json: the game cache's index key."""
     if "game_file" in spec:
         path = Path(spec["game_file"]).resolve()
+        sidecar = path.with_suffix(".json")
         digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
-        what: dict[str, Any] = {"game_file": str(path), "sha256": digest}
+        # the sidecar too: a game refused for a missing or broken .json is looked at again once it is fixed
+        side = hashlib.sha256(sidecar.read_bytes()).hexdigest() if sidecar.is_file() else "missing"
+        what: dict[str, Any] = {"game_file": str(path), "sha256": digest, "json_sha256": side}
     else:
         what = {k: spec[k] for k in ("generator", "knobs", "seed") if k in spec}
         if spec.get("objective"):
