@@ -7,6 +7,8 @@ to this interface only; variants are looked up by name in `ENVIRONMENTS`.
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -110,6 +112,20 @@ class EnvironmentFamily(Protocol):
         Untrusted input: anything malformed (wrong types, unknown knobs, out-of-range numbers) raises
         SpecError naming the problem.
         """
+
+
+def count_evidence(feedback: CriticFeedback, bucket_of: Callable[[str], str | None]
+                   ) -> tuple[Counter[str], dict[str, str]]:
+    """Rejected-step counts per evidence bucket (`bucket_of(action)`, None = no bucket) in `feedback`,
+    and the most rejected action of each bucket: what a procedural rewriter chooses its knob from."""
+    counts: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for item in feedback.actions:
+        bucket = bucket_of(item.action)
+        if bucket:
+            counts[bucket] += item.count
+            examples.setdefault(bucket, item.action)
+    return counts, examples
 
 
 ENVIRONMENTS: Registry[EnvironmentFamily] = Registry("environment", "environment.name",

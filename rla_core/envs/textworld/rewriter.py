@@ -22,7 +22,7 @@ import random
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from rla_core.envs.base import Adjustment, SpecError
+from rla_core.envs.base import Adjustment, SpecError, count_evidence
 from rla_core.envs.textworld.spec import GENERATORS, KNOB_BOUNDS, SEED_BOUND, parse_spec
 from rla_core.schemas import NO_ACTION, CriticFeedback
 
@@ -51,14 +51,8 @@ def bucket_of(action: str) -> str | None:
 
 
 def classify_feedback(feedback: CriticFeedback) -> tuple[Counter[str], dict[str, str]]:
-    counts: Counter[str] = Counter()
-    examples: dict[str, str] = {}
-    for item in feedback.actions:
-        bucket = bucket_of(item.action)
-        if bucket:
-            counts[bucket] += item.count
-            examples.setdefault(bucket, item.action)
-    return counts, examples
+    """Rejected-step counts per bucket in `feedback`, and the most rejected action of each bucket."""
+    return count_evidence(feedback, bucket_of)
 
 
 def knob_order(generator: str, counts: Counter[str]) -> list[tuple[str, str | None]]:
