@@ -150,7 +150,7 @@ def evaluate_games(configs: list[str], overrides: list[str], iteration: int | No
     result = play_games(cfg, paths.root, k, Path(games), episodes, temperature)
     log_game_evaluation(str(paths.root), result)
     if out:
-        _emit({k2: v for k2, v in result.items() if k2 != "table"}, out)
+        _emit(result, out)
     print(result["table"])
     for item in result["skipped"]:
         print(f"skipped {item['game']}: {item['reason']}")
