@@ -148,10 +148,6 @@ class TextWorldFamily:
                 break
         return self.prepare(list(drafts.values()), progress)
 
-    def generate_from_seed(self, generator: str, knobs: dict[str, Any], seed: int, step_limit: int = DEFAULT_STEP_LIMIT,
-                           horizon: int | None = None) -> dict[str, Any]:
-        return self.validate({"generator": generator, "knobs": knobs, "seed": seed, "step_limit": step_limit}, horizon)
-
     def difficulty(self, spec: dict[str, Any]) -> float:
         """The walkthrough's length (commands)."""
         return float(len(self.cache.get(parse_spec(spec))["walkthrough"]))

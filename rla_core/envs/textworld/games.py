@@ -87,19 +87,15 @@ def generate_game(spec: dict[str, Any]):
 
 
 def _compile(game, spec: dict[str, Any], z8: Path) -> None:
-    """Compile `game` to `z8` (and its .json beside it) through a private temporary folder."""
-    from textworld.generator import compile_game
+    """Compile the game of a generated `spec` to `z8` (and its .json beside it) through a private
+    temporary folder."""
+    from textworld.generator import CouldNotCompileGameError, compile_game
 
     work = Path(tempfile.mkdtemp(dir=z8.parent, prefix=".build-"))
     try:
-        options = _options(spec) if "generator" in spec else None
-        if options is None:
-            from textworld.generator.game import GameOptions
-            options = GameOptions()
+        options = _options(spec)
         options.path = str(work / "game.z8")
         options.force_recompile = True
-        from textworld.generator import CouldNotCompileGameError
-
         try:
             compile_game(game, options)
         except CouldNotCompileGameError as err:
