@@ -10,7 +10,7 @@ from pathlib import Path
 from rla_core.errors import BadValue
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
-FLOW_COMMANDS = ("quickstart", "run", "seed", "bootstrap", "eval", "ablation", "data", "reproduce")
+FLOW_COMMANDS = ("quickstart", "run", "seed", "bootstrap", "eval", "ablation", "data", "reproduce", "bench")
 SET_HELP = "override one config key, e.g. --set rollout.n=8 (repeatable; `rla config` lists the keys)"
 
 
@@ -103,7 +103,75 @@ def _parser() -> argparse.ArgumentParser:
     sandbox_run.add_argument("--stdin", required=True, help="file fed to the program's stdin")
     sandbox_run.add_argument("--expect", default=None, help="expected stdout (default: ok when it exits 0)")
     sandbox_run.add_argument("--timeout", type=float, default=None, help="wall and CPU seconds (default 2)")
+    _bench_parser(sub)
     return parser
+
+
+def _bench_parser(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="speed against the peers and the machine's limit (docs/performance.md): "
+                                         "engine, step, iteration, scaling; each prints a table and writes JSON")
+    parts = bench.add_subparsers(dest="part", required=True)
+
+    def part(name: str, text: str) -> argparse.ArgumentParser:
+        cmd = parts.add_parser(name, help=text)
+        cmd.add_argument("--out", default=None, help=f"JSON result (default bench/results/{name}.json)")
+        cmd.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+        return cmd
+
+    for name, text in (("engine", "our engine vs model.generate (vs vLLM where installed): tokens/s, n = 1 and 8"),
+                       ("step", "generate + score + one update: ours vs TRL GRPOTrainer on the same work")):
+        cmd = part(name, text)
+        cmd.add_argument("--run", default="runs/quickstart", help="run folder with a warm-started policy "
+                         "(default runs/quickstart)")
+        cmd.add_argument("--prompts", type=int, default=32, help="real policy prompts (default 32)")
+        cmd.add_argument("--new-tokens", type=int, default=6, help="tokens per completion (default 6)")
+    parts.choices["engine"].add_argument("--repeats", type=int, default=5, help="timed calls (median; default 5)")
+    step = parts.choices["step"]
+    step.add_argument("--n", type=int, default=8, help="completions per prompt (default 8)")
+    step.add_argument("--steps", type=int, default=4, help="steps per side; the first warms up (default 4)")
+    step.add_argument("--skip-trl-defaults", action="store_true",
+                      help="leave out TRL with its CPU defaults (bf16 autocast: about a minute a step)")
+    for name, text in (("iteration", "one iteration stage by stage: orchestration share, FLOPs and FLOP/s against "
+                                     "the machine's matmul peak (a scratch run; default config: the quickstart)"),
+                       ("scaling", "iteration time as episodes (K×N), m, turns and model width grow")):
+        cmd = part(name, text)
+        cmd.add_argument("--config", action="append", default=None, help="YAML override file (default: quickstart)")
+        cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
+        cmd.add_argument("--workdir", default=None, help="scratch folder (default: a new temporary one)")
+        cmd.add_argument("--keep", action="store_true", help="keep the scratch runs")
+    parts.choices["iteration"].add_argument("--iteration", type=int, default=2,
+                                            help="the iteration timed (default 2: iteration 1 also pays one-time "
+                                            "imports, e.g. Great Expectations' 3 s)")
+    parts.choices["iteration"].add_argument("--no-flops", action="store_true", help="skip the FLOP-counting re-run")
+    parts.choices["scaling"].add_argument("--axes", default=None,
+                                          help="comma-separated subset of episodes,m,turns,width (default: all)")
+    parts.choices["scaling"].add_argument("--base-tasks", type=int, default=16,
+                                          help="K of every point off the episodes axis (default 16)")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.part == "engine":
+        from rla_bench import engine
+
+        engine.run(args.run, args.prompts, new_tokens=args.new_tokens, repeats=args.repeats, threads=args.threads,
+                   out=args.out)
+    elif args.part == "step":
+        from rla_bench import step
+
+        step.run(args.run, args.prompts, args.n, args.new_tokens, args.steps, threads=args.threads,
+                 trl_defaults=not args.skip_trl_defaults, out=args.out)
+    elif args.part == "iteration":
+        from rla_bench import iteration
+
+        iteration.run(args.config or [str(QUICKSTART)], args.overrides, args.iteration, not args.no_flops,
+                      args.threads, args.workdir, args.keep, args.out)
+    elif args.part == "scaling":
+        from rla_bench import scaling
+
+        scaling.run(args.config or [str(QUICKSTART)], args.overrides,
+                    args.axes.split(",") if args.axes else None, args.base_tasks, args.threads, args.workdir,
+                    args.keep, args.out)
+    return 0
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -113,6 +181,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from flows.sandbox_cmd import sandbox_run
 
         return sandbox_run(args.program, args.stdin, args.expect, args.timeout)
+    if args.command == "bench":
+        return _bench(args)
     if args.command == "ui":
         return commands.ui(args.run, args.port)
     if args.command == "deploy":

@@ -1,6 +1,7 @@
 """MLflow bookkeeping around the flows: the training run and per-iteration logs."""
 from __future__ import annotations
 
+import time
 from types import TracebackType
 
 from prefect import task
@@ -19,12 +20,23 @@ def tracker_for(run_dir: str) -> Tracker:
     return Tracker(run_dir, cfg.tracking, run_name=cfg.run.name)
 
 
+# Stages that are bookkeeping, not model or environment work: the data gates (Great Expectations) and
+# the commit (DVC). With everything between the stage bodies they make the orchestration overhead.
+ORCHESTRATION_STAGES = ("validate", "commit")
+
+
 class IterationLog:
-    """Logs each stage's metrics and seconds to the iteration's nested MLflow run (and the parent)."""
+    """Logs each stage's metrics and seconds to the iteration's nested MLflow run (and the parent), and at
+    the end the iteration's wall time and its orchestration overhead: wall − the compute stages' seconds
+    (`time/iteration_s`, `time/orchestration_s`, `time/orchestration_share`; not for an iteration that
+    resumed after an interruption, whose time is split over attempts)."""
 
     def __init__(self, tracker: Tracker, iteration: int) -> None:
         self.tracker, self.iteration = tracker, iteration
         self.metrics: dict[str, float] = {}
+        self.started = time.perf_counter()
+        self.compute_seconds = 0.0
+        self.resumed = False  # a stage finished by an earlier attempt: this attempt's wall time is not the iteration's
 
     @classmethod
     def open(cls, run_dir: str, iteration: int) -> "IterationLog":
@@ -36,6 +48,9 @@ class IterationLog:
         metrics = {k: v for k, v in summary.get("metrics", {}).items() if isinstance(v, (int, float))}
         if "seconds" in summary:
             metrics[f"time/{name}_s"] = summary["seconds"]
+            if name not in ORCHESTRATION_STAGES:
+                self.compute_seconds += summary["seconds"]
+        self.resumed |= bool(summary.get("resumed"))
         self.tracker.log_metrics(metrics, step=self.iteration, iteration=self.iteration)
         self.metrics.update(metrics)
         return summary
@@ -45,6 +60,12 @@ class IterationLog:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
+        if kind is None and not self.resumed:
+            wall = time.perf_counter() - self.started
+            timing = {"time/iteration_s": wall, "time/orchestration_s": wall - self.compute_seconds,
+                      "time/orchestration_share": (wall - self.compute_seconds) / wall if wall > 0 else 0.0}
+            self.tracker.log_metrics(timing, step=self.iteration, iteration=self.iteration)
+            self.metrics.update(timing)
         self.tracker.end_iteration(self.iteration, status="FINISHED" if kind is None else "FAILED")
 
 

@@ -46,8 +46,20 @@ class TaskStore:
             slots.append(Slot(slot_id=task.slot_id, root=task, active=task, history=[event]))
         return cls(slots)
 
+    @classmethod
+    def _owned(cls, table: dict[str, Slot]) -> "TaskStore":
+        """A store over `table` without copying it: for slots no caller holds (freshly parsed, or
+        another store's, which nothing edits in place), sorted by slot_id."""
+        store = cls.__new__(cls)
+        store._slots = table
+        return store
+
     def _replace(self, slot: Slot) -> "TaskStore":
-        return TaskStore([slot if s.slot_id == slot.slot_id else s for s in self._slots.values()])
+        """A new store with `slot` (a fresh copy made by the caller) in place of its namesake; the other
+        slots are shared with this store, not copied: no store ever edits a slot in place, and every
+        accessor hands out copies. (Deep-copying all of them made each change O(store size).)"""
+        self._slot(slot.slot_id)
+        return TaskStore._owned({**self._slots, slot.slot_id: slot})
 
     def _slot(self, slot_id: str) -> Slot:
         try:
@@ -218,4 +230,4 @@ class TaskStore:
                 raise DataError(f"{directory / SLOTS_FILE}:{line}: slot_id '{slot.slot_id}' repeats line "
                                 f"{lines[slot.slot_id]}")
             slots[slot.slot_id], lines[slot.slot_id] = slot, line
-        return cls(slots.values())
+        return cls._owned(dict(sorted(slots.items())))  # parsed here: nobody else holds these

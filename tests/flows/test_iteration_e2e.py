@@ -76,6 +76,21 @@ def test_mlflow_run_holds_the_iteration_metrics(trained_run):
     assert 1 in metrics["train/success_rate"]
 
 
+def test_iteration_wall_time_and_orchestration_share_are_logged(trained_run):
+    from flows.rl_iteration import ITERATION
+    from tasks.tracking_tasks import ORCHESTRATION_STAGES
+
+    metrics = read_metrics(trained_run.root)
+    for k in (1, 2):
+        wall, overhead = metrics["time/iteration_s"][k], metrics["time/orchestration_s"][k]
+        stages = {s.name: json.loads((trained_run.stage(k, s.name) / "_DONE").read_text())["seconds"]
+                  for s in ITERATION}
+        compute = sum(v for name, v in stages.items() if name not in ORCHESTRATION_STAGES)
+        assert wall > sum(stages.values())  # the flow's wall time holds every stage body and more
+        assert overhead == pytest.approx(wall - compute)
+        assert metrics["time/orchestration_share"][k] == pytest.approx(overhead / wall)
+
+
 def test_dvc_tracks_and_restores_the_iteration_outputs(trained_run):
     paths = trained_run
     store = paths.stage(1, "adapt") / "store"

@@ -1,0 +1,117 @@
+"""What the bench parts share: the run whose warm-started policy they use, real policy prompts from its
+tasks, the machine's measured matmul peak, timing and the table/JSON output."""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from rla_core.errors import BadValue, MissingFile
+
+
+def torch_threads(threads: int | None) -> int:
+    """Set torch's CPU threads when given; return the number in use."""
+    if threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "processor": platform.processor() or platform.machine(), "cuda": torch.cuda.is_available()}
+
+
+def seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:
+    """Wall seconds of `repeats` calls of fn after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def matmul_peak(repeats: int = 5) -> dict[str, float]:
+    """fp32 matmul GFLOP/s on this machine: a large square GEMM (the limit) and the tiny models' shape
+    (every row of a rollout batch times a [d, 4d] weight). FLOPs counted as 2·M·K·N per product."""
+    result = {}
+    for name, (m, k, n) in {"large_gemm_2048": (2048, 2048, 2048), "tiny_model_38400x96x256": (38400, 96, 256)}.items():
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        times = seconds(lambda: a @ b, repeats, warmup=2)
+        result[name] = 2 * m * k * n / min(times) / 1e9
+    return result
+
+
+def require_run(run_dir: str | Path) -> Path:
+    """The run folder whose warm-started models the bench uses; the error says how to make one."""
+    root = Path(run_dir)
+    if not (root / "models" / "bootstrap" / "policy").is_dir():
+        raise MissingFile(f"no warm-started policy in {root}/models/bootstrap/policy: run "
+                          f"`rla bootstrap --config configs/quickstart.yaml` (or `rla quickstart`) first, or pass "
+                          "--run with a run folder that has one")
+    return root.resolve()
+
+
+def load_role(run_dir: Path, role: str = "policy") -> tuple[Any, Any]:
+    from tasks.common import load_model
+
+    return load_model(run_dir / "models" / "bootstrap" / role)
+
+
+def policy_prompts(run_dir: Path, count: int, tokenizer: Any) -> tuple[list[list[int]], list[str], list[list[str]]]:
+    """(ids, texts, admissible commands) of the turn-0 policy prompts of the run's first `count` seed tasks, built exactly as a rollout builds them
+    (the environment's own first observation and admissible commands); cycled when there are fewer tasks."""
+    from rla_core.adaptation.store import TaskStore
+    from rla_core.envs.base import get_environment
+    from rla_core.rollout.prompts import policy_prompt
+    from tasks.common import bind_environment
+    from tasks.paths import RunPaths, run_config
+
+    cfg = run_config(run_dir)
+    bind_environment(cfg, run_dir)
+    if cfg.environment.name == "coding":
+        raise BadValue("the bench uses a game run's policy prompts (e.g. runs/quickstart); "
+                       f"{run_dir} is a coding run")
+    family = get_environment(cfg.environment.name)
+    tasks = TaskStore.load(RunPaths.of(run_dir).seed_store).active_tasks()
+    if not tasks:
+        raise BadValue(f"{run_dir} has no seed tasks")
+    texts, commands = [], []
+    for index in range(count):
+        episode = family.make(tasks[index % len(tasks)].spec)
+        observation = episode.reset()
+        commands.append(episode.admissible_commands())
+        texts.append(policy_prompt(episode.goal, [], observation, commands[-1], cfg.rollout.history_turns))
+    return tokenizer(texts)["input_ids"], texts, commands
+
+
+def print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+        return str(value)
+
+    print(f"\n{title}")
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "|".join("---" for _ in headers) + "|")
+    for row in rows:
+        print("| " + " | ".join(cell(v) for v in row) + " |")
+
+
+def write_result(path: str | Path | None, default: Path, result: dict) -> Path:
+    out = Path(path) if path else default
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    return out

@@ -1,0 +1,118 @@
+"""`rla bench iteration`: one training iteration of a config (default: the quickstart), stage by stage.
+
+1. A scratch run is prepared (seed, warm-start, baseline) and iterations 1..K-1 run untimed, in this
+   process (K = 2 by default: the first iteration of a process also pays one-time imports).
+2. The run folder is copied; iteration K runs in the original with nothing else measured: its wall time
+   (the rl-iteration flow call) and each stage's own seconds (recorded by the stage, `_DONE`).
+3. Iteration K runs again in the copy with every stage body under torch's FlopCounterMode, which counts
+   the FLOPs of every matmul, convolution and attention kernel actually executed (forward and backward,
+   padding included). The CPU run is deterministic, so the copy does exactly the work that was timed.
+
+Compute stages are those that run models or environments; the gate (validate: Great Expectations), the
+commit (DVC) and everything between stage bodies (Prefect task and flow runs, the run-store pushes,
+MLflow logging) are orchestration: overhead = wall − Σ compute-stage seconds.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from rla_bench.common import machine, matmul_peak, print_table, torch_threads, write_result
+from tasks.tracking_tasks import ORCHESTRATION_STAGES
+
+
+def _counted(body: Callable, name: str, flops: dict[str, int]) -> Callable:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            result = body(*args, **kwargs)
+        flops[name] = int(counter.get_total_flops())
+        return result
+
+    return run
+
+
+def prepare_scratch(configs: list[str], overrides: list[str], scratch: Path, iteration: int) -> tuple[str, Any]:
+    """A run under `scratch` with iterations 1..iteration-1 complete; returns (run folder, config)."""
+    from flows.train import prepare
+    from flows.rl_iteration import rl_iteration
+    from rla_core.config import load_config
+
+    # not the run's last iteration, so the held-out evaluation runs only where eval_every puts it
+    sets = [*overrides, f"run.output_dir={scratch}", f"run.iterations={iteration + 1}"]
+    cfg = load_config(configs, sets)
+    print(f"preparing a scratch run in {scratch} (seed, warm-start, baseline; iterations before {iteration})")
+    run_dir = prepare(configs, sets)["run_dir"]
+    for k in range(1, iteration):
+        rl_iteration(run_dir, k)
+    return run_dir, cfg
+
+
+def stage_seconds(run_dir: str, iteration: int) -> dict[str, float]:
+    from flows.rl_iteration import ITERATION
+    from tasks.paths import RunPaths
+    from tasks.storage import done_summary
+
+    paths = RunPaths.of(run_dir)
+    return {s.name: float(done_summary(s.out_dir(paths, iteration)).get("seconds", 0.0)) for s in ITERATION}
+
+
+def run(configs: list[str], overrides: list[str], iteration: int = 2, flops: bool = True, threads: int | None = None,
+        workdir: str | None = None, keep: bool = False, out: str | None = None) -> dict:
+    from flows.rl_iteration import ITERATION, rl_iteration
+
+    torch_threads(threads)
+    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rla-bench-iteration-"))
+    timed_root, counted_root = base / "timed", base / "counted"
+    try:
+        run_dir, cfg = prepare_scratch(configs, overrides, timed_root, iteration)
+        if flops:
+            shutil.copytree(timed_root, counted_root, symlinks=True)
+        print(f"iteration {iteration}: timed run")
+        start = time.perf_counter()
+        rl_iteration(run_dir, iteration)
+        wall = time.perf_counter() - start
+        seconds = stage_seconds(run_dir, iteration)
+        counts: dict[str, int] = {}
+        if flops:
+            print(f"iteration {iteration}: the same iteration again, counting FLOPs")
+            originals = {s.name: s.body for s in ITERATION}
+            try:
+                for s in ITERATION:
+                    object.__setattr__(s, "body", _counted(s.body, s.name, counts))
+                rl_iteration(str(counted_root / Path(run_dir).name), iteration)
+            finally:
+                for s in ITERATION:
+                    object.__setattr__(s, "body", originals[s.name])
+        peak = matmul_peak()
+    finally:
+        if not keep:
+            shutil.rmtree(base, ignore_errors=True)
+    compute = sum(v for k, v in seconds.items() if k not in ORCHESTRATION_STAGES)
+    overhead = wall - compute
+    rows, stages = [], {}
+    for name, secs in seconds.items():
+        flop = counts.get(name)
+        rate = flop / secs / 1e9 if flop and secs > 0 else None
+        stages[name] = {"seconds": secs, "share": secs / wall, "flops": flop, "gflops_per_s": rate,
+                        "share_of_large_gemm_peak": rate / peak["large_gemm_2048"] if rate else None,
+                        "kind": "orchestration" if name in ORCHESTRATION_STAGES else "compute"}
+        rows.append([name, stages[name]["kind"], secs, f"{100 * secs / wall:.1f} %",
+                     f"{flop / 1e9:,.1f}" if flop is not None else "-", f"{rate:.1f}" if rate else "-",
+                     f"{100 * rate / peak['large_gemm_2048']:.1f} %" if rate else "-"])
+    rows.append(["(between stages)", "orchestration", wall - sum(seconds.values()),
+                 f"{100 * (wall - sum(seconds.values())) / wall:.1f} %", "-", "-", "-"])
+    print_table(f"iteration {iteration} of {cfg.run.name}: {wall:.1f} s wall; orchestration {overhead:.1f} s "
+                f"({100 * overhead / wall:.1f} %); matmul peak {peak['large_gemm_2048']:.0f} GFLOP/s (2048² GEMM), "
+                f"{peak['tiny_model_38400x96x256']:.0f} on the tiny model's shape",
+                ["stage", "kind", "seconds", "share", "GFLOP", "GFLOP/s", "of peak"], rows)
+    result = {"part": "iteration", "config": configs, "overrides": overrides, "iteration": iteration,
+              "machine": machine(), "wall_seconds": wall, "compute_seconds": compute,
+              "orchestration_seconds": overhead, "orchestration_share": overhead / wall, "stages": stages,
+              "matmul_peak_gflops": peak}
+    write_result(out, Path("bench/results/iteration.json"), result)
+    return result

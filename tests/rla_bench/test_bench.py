@@ -1,0 +1,135 @@
+"""`rla bench` on a micro run: every part measures real work with the real components and reports what
+it measured (the numbers themselves are not asserted: benchmarks are not timed tests)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from flows.cli import main
+from flows.train import prepare
+from rla_bench import engine, iteration, scaling, step
+from rla_bench.common import policy_prompts, require_run
+from rla_core.errors import MissingFile
+from rla_core.rollout.prompts import parse_action
+from tasks.paths import RunPaths, run_config
+from tests.flows.conftest import MICRO, harness  # noqa: F401  (harness: a fixture)
+
+SHORT = MICRO + ["bootstrap.policy_steps=30", "bootstrap.judge_steps=15", "rollout.tasks_per_iteration=2",
+                 "rollout.n=2", "rollout.max_steps=3"]
+
+
+@pytest.fixture(scope="module")
+def prepared(harness, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("bench-runs")
+    return prepare(None, SHORT + [f"run.output_dir={out}", "run.name=bench"])["run_dir"]
+
+
+def test_missing_run_says_how_to_make_one(tmp_path):
+    with pytest.raises(MissingFile, match="rla bootstrap --config configs/quickstart.yaml"):
+        require_run(tmp_path)
+
+
+def test_prompts_are_the_rollouts_turn_zero_prompts(prepared):
+    root = require_run(prepared)
+    _, tokenizer = engine.load_role(root)
+    ids, texts, commands = policy_prompts(root, 5, tokenizer)
+    assert len(ids) == len(texts) == len(commands) == 5
+    for prompt, text, cmds in zip(ids, texts, commands):
+        assert tokenizer(text)["input_ids"] == prompt
+        assert text.endswith("Answer:") and f"1: {cmds[0]}" in text
+        assert parse_action(" \\boxed{1}", cmds) == cmds[0]
+
+
+def test_both_decoders_do_the_same_fixed_length_work(prepared):
+    root = require_run(prepared)
+    model, tokenizer = engine.load_role(root)
+    ids, _, _ = policy_prompts(root, 3, tokenizer)
+    ours = engine.ours(model, tokenizer, ids, 2, 4)
+    assert len(ours) == 6 and all(len(g.token_ids) == 4 and len(g.logprobs) == 4 for g in ours)
+    plain = engine.plain_generate(model, tokenizer, ids, 2, 4)
+    assert plain.shape == (6, max(len(p) for p in ids) + 4)
+
+
+def test_engine_part_writes_its_table(prepared, tmp_path, capsys):
+    out = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--run", prepared, "--prompts", "3", "--new-tokens", "2", "--repeats", "1",
+                 "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [r["n"] for r in result["results"]] == [1, 8]
+    for row in result["results"]:
+        ours, plain = row["backends"]["ours (transformers engine)"], row["backends"]["model.generate"]
+        assert row["sequences"] == 3 * row["n"]
+        assert ours["generated_tokens_per_s"] == pytest.approx(row["sequences"] * 2 / ours["seconds"])
+        assert ours["speedup_vs_generate"] == pytest.approx(ours["generated_tokens_per_s"] / plain["generated_tokens_per_s"])
+    assert "vs generate" in capsys.readouterr().out
+
+
+def test_group_advantages_by_hand():
+    got = step.group_advantages([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], 3)
+    # group 1: mean 2/3, population std sqrt(2)/3; group 2: mean 1/3, same std
+    std = (2 ** 0.5) / 3
+    expected = [(1 - 2 / 3) / (std + 1e-4), (0 - 2 / 3) / (std + 1e-4), (1 - 2 / 3) / (std + 1e-4),
+                (1 - 1 / 3) / (std + 1e-4), (0 - 1 / 3) / (std + 1e-4), (0 - 1 / 3) / (std + 1e-4)]
+    assert got == pytest.approx(expected)
+    assert step.group_advantages([1.0, 1.0], 2) == [0.0, 0.0]
+
+
+def test_our_step_updates_the_policy_once(prepared):
+    root = require_run(prepared)
+    model, tokenizer = engine.load_role(root)
+    before = [p.detach().clone() for p in model.parameters()]
+    ids, _, commands = policy_prompts(root, 4, tokenizer)
+    timings = step.our_steps(model, tokenizer, ids, commands, 4, 6, 2, run_config(root).train)
+    assert [t["optimizer_steps"] for t in timings] == [1.0, 1.0]
+    assert all(t["seconds"] >= t["generate"] + t["update"] for t in timings)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_trl_step_runs_on_the_same_work(prepared):
+    pytest.importorskip("trl")
+    root = require_run(prepared)
+    model, tokenizer = engine.load_role(root)
+    model.train()
+    before = [p.detach().clone() for p in model.parameters()]
+    _, texts, commands = policy_prompts(root, 2, tokenizer)
+    timings = step.trl_steps(model, tokenizer, texts, commands, 4, 6, 2, "fp32", run_config(root).train)
+    assert len(timings) == 2 and all(t["seconds"] > 0 and t["bf16"] is False for t in timings)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_iteration_part_counts_flops_of_the_timed_work(harness, tmp_path):  # noqa: F811
+    # MICRO's warm-start wins sometimes, so both models get training data (SHORT's does not)
+    result = iteration.run([], MICRO + ["run.name=bench-it"], iteration=1, workdir=str(tmp_path / "work"),
+                           out=str(tmp_path / "iteration.json"))
+    stages = result["stages"]
+    assert list(stages) == ["select", "rollout", "judge", "adapt", "data", "validate", "train_policy",
+                            "train_judge", "evaluate", "commit"]
+    for name in ("rollout", "judge", "train_policy", "train_judge"):
+        assert stages[name]["flops"] > 0 and stages[name]["gflops_per_s"] > 0
+    assert stages["select"]["flops"] == 0
+    compute = sum(s["seconds"] for n, s in stages.items() if s["kind"] == "compute")
+    assert result["orchestration_seconds"] == pytest.approx(result["wall_seconds"] - compute)
+    assert 0 < result["orchestration_share"] < 1
+    assert not (tmp_path / "work").exists()  # scratch removed
+
+
+def test_scaling_part_changes_one_setting_per_point(harness, tmp_path):  # noqa: F811
+    result = scaling.run([], SHORT + ["run.name=bench-sc"], axes=["m", "width"], base_tasks=2,
+                         workdir=str(tmp_path / "work"), keep=True, out=str(tmp_path / "scaling.json"),
+                         values={"m": (1, 2), "width": (32, 64)})
+    m_points = result["axes"]["m"]["points"]
+    assert [p["value"] for p in m_points] == [1, 2]
+    for p in m_points:
+        assert p["judge_verdicts"] == p["policy_steps"] * p["value"] and p["wall_seconds"] > 0
+    assert m_points[0]["relative_to_first"] == 1.0
+    width = result["axes"]["width"]["points"]
+    assert [p["value"] for p in width] == [32, 64] and all(p["episodes"] == 4 for p in width)
+    for value in (32, 64):  # the copy's models were rebuilt at that width; the prepared base was not touched
+        policy = tmp_path / "work" / f"models_x_hidden_size-{value}" / "bench-sc" / "models" / "bootstrap" / "policy"
+        assert json.loads((policy / "config.json").read_text())["hidden_size"] == value
+    base = tmp_path / "work" / "base" / "bench-sc" / "models" / "bootstrap" / "policy"
+    assert json.loads((base / "config.json").read_text())["hidden_size"] == 64
+    with pytest.raises(Exception, match="unknown scaling axis"):
+        scaling.run([], SHORT, axes=["depth"])
