@@ -145,7 +145,7 @@ def run(run_dir: str, prompts: int = 32, n: int = 8, new_tokens: int = 6, steps:
               "trl_fp32": f"TRL {version} GRPOTrainer, fp32, no gradient checkpointing",
               "trl_fp32_gc": f"TRL {version} GRPOTrainer, fp32, its default gradient checkpointing",
               "trl_defaults": f"TRL {version} GRPOTrainer, its CPU defaults"}
-    rows = [[labels[k], m["median_seconds"], len(m["steps"]), f"{m['median_seconds'] / base:.2f}×" if base else "-"]
+    rows = [[labels[k], m["median_seconds"], m["timed_steps"], f"{m['median_seconds'] / base:.2f}×" if base else "-"]
             for k, m in measured.items()]
     if version is None:
         rows.append(["TRL", "-", 0, "not installed: pip install -e '.[bench]'"])
@@ -159,4 +159,4 @@ def run(run_dir: str, prompts: int = 32, n: int = 8, new_tokens: int = 6, steps:
 
 def _summary(steps: list[dict]) -> dict:
     timed = steps[1:] if len(steps) > 1 else steps
-    return {"median_seconds": median([s["seconds"] for s in timed]), "steps": steps}
+    return {"median_seconds": median([s["seconds"] for s in timed]), "timed_steps": len(timed), "steps": steps}

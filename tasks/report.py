@@ -18,7 +18,7 @@ from rla_core.rollout.runner import INVALID
 from rla_core.schemas import JudgedStep, Trajectory, TrainingSample
 from tasks.iteration import read_adapt_report
 from tasks.paths import RunPaths
-from tasks.storage import read_records
+from tasks.storage import read_records, read_records_shared
 
 NOT_TRAINED = "not trained"
 EXCLUDED = "excluded (rejected candidate)"
@@ -161,10 +161,10 @@ def iteration_report(paths: RunPaths, k: int, step_weight: float, max_tasks: int
                      per_task: int = 2) -> ReportSelection:
     """The report of iteration k from its rollout, judge, adapt and data stage files."""
     it = paths.it(k)
-    trajectories = read_records(it.trajectories, Trajectory)
+    trajectories = read_records_shared(it.trajectories, Trajectory)
     judged = read_records(it.judged, JudgedStep)
     rejected = set(read_adapt_report(paths, k).rejected)
-    samples = read_records(it.batch("policy"), TrainingSample)
+    samples = read_records_shared(it.batch("policy"), TrainingSample)
     return trajectory_report(trajectories, judged, report_rewards(trajectories, judged, step_weight),
                              sample_advantages(samples), max_tasks, per_task, rejected)
 

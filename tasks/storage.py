@@ -40,6 +40,25 @@ def read_records(path: str | Path, record_type: type[RecordT]) -> list[RecordT]:
     return read_jsonl(path, record_type)
 
 
+_SHARED: dict[tuple, list] = {}
+_SHARED_FILES = 4
+
+
+def read_records_shared(path: str | Path, record_type: type[RecordT]) -> list[RecordT]:
+    """`read_records` for readers that never change a record (the data gates, the iteration report):
+    the parsed records of the last few files are kept in this process and handed out again while the
+    file is unchanged (same size and modification time). The gates and the commit read the same
+    rollouts and batch, about 0.7 s of parsing per quickstart iteration."""
+    resolved = Path(path).resolve()
+    info = resolved.stat()
+    key = (str(resolved), info.st_mtime_ns, info.st_size, record_type)
+    if key not in _SHARED:
+        if len(_SHARED) >= _SHARED_FILES:
+            _SHARED.pop(next(iter(_SHARED)))
+        _SHARED[key] = read_records(resolved, record_type)
+    return list(_SHARED[key])
+
+
 def mark_done(stage_dir: str | Path, summary: dict | None = None) -> Path:
     """Write the stage's completion marker last; its presence means every output is complete."""
     return write_json(Path(stage_dir) / DONE_MARKER, summary or {})

@@ -14,7 +14,7 @@ from tasks.gates import (GateFailed, check_coding_tasks, check_judge_batch, chec
                          check_task_store)
 from tasks.paths import RunPaths
 from tasks.stage import stage
-from tasks.storage import read_records, write_json
+from tasks.storage import read_records, read_records_shared, write_json
 from tasks.tracking_tasks import tracker_for
 
 
@@ -25,14 +25,14 @@ def run_gates(paths: RunPaths, cfg: Config, k: int) -> list:
     slots = TaskStore.load(it.store).slots()
     results = [
         check_task_store(slots, heldout),
-        check_rollouts(read_records(it.trajectories, Trajectory), heldout),
+        check_rollouts(read_records_shared(it.trajectories, Trajectory), heldout),
     ]
     if cfg.environment.name == "coding":  # every active and pending problem: tests, limits, statements
         problems = [s.active for s in slots] + [s.pending.task for s in slots if s.pending]
         results.append(check_coding_tasks(problems, heldout))
     # An empty batch is legitimate (no mixed-outcome or in-band task this iteration): nothing to train.
     for check, name in ((check_policy_batch, "policy"), (check_judge_batch, "judge")):
-        samples = read_records(it.batch(name), TrainingSample)
+        samples = read_records_shared(it.batch(name), TrainingSample)
         if samples:
             results.append(check(samples, heldout, vocab_size=vocab))
     return results

@@ -188,3 +188,23 @@ def test_object_stores_use_the_same_registry():
     with pytest.raises(UnknownName, match="storage.backend"):
         STORES.get("ftp")
 
+
+
+def test_shared_reads_parse_a_file_once_while_it_is_unchanged(tmp_path):
+    from tasks import storage
+
+    path = tmp_path / "tasks.jsonl"
+    tasks = [Task(task_id=f"t{i}", slot_id=f"s{i}", spec={"i": i}) for i in range(3)]
+    storage.write_records(path, tasks)
+    first = storage.read_records_shared(path, Task)
+    second = storage.read_records_shared(path, Task)
+    assert first == tasks and second == tasks
+    assert first is not second and all(a is b for a, b in zip(first, second))  # parsed once
+    storage.write_records(path, tasks[:2])
+    os.utime(path, ns=(1, 1))  # a rewrite within the same clock tick is still seen (size or time differs)
+    assert storage.read_records_shared(path, Task) == tasks[:2]
+    for index in range(6):  # only the last few files are kept
+        other = tmp_path / f"o{index}.jsonl"
+        storage.write_records(other, tasks)
+        storage.read_records_shared(other, Task)
+    assert len(storage._SHARED) == storage._SHARED_FILES
