@@ -40,16 +40,15 @@ def prepare_scratch(configs: list[str], overrides: list[str], scratch: Path, ite
     """A run under `scratch` with iterations 1..iteration-1 complete; returns (run folder, config)."""
     from flows.train import prepare
     from flows.rl_iteration import rl_iteration
-    from rla_core.config import load_config
+    from tasks.paths import run_config
 
     # not the run's last iteration, so the held-out evaluation runs only where eval_every puts it
     sets = [*overrides, f"run.output_dir={scratch}", f"run.iterations={iteration + 1}"]
-    cfg = load_config(configs, sets)
     print(f"preparing a scratch run in {scratch} (seed, warm-start, baseline; iterations before {iteration})")
     run_dir = prepare(configs, sets)["run_dir"]
     for k in range(1, iteration):
         rl_iteration(run_dir, k)
-    return run_dir, cfg
+    return run_dir, run_config(run_dir)
 
 
 def stage_seconds(run_dir: str, iteration: int) -> dict[str, float]:

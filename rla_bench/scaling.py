@@ -58,8 +58,9 @@ def _fresh_models(run_dir: Path, cfg: Any, width: int) -> None:
 
 def _point(base: Path, run_name: str, scratch: Path, key: str, value: int, cfg: Any, keep: bool) -> dict:
     from flows.rl_iteration import rl_iteration
-    from tasks.storage import read_records
+    from rla_core.schemas import Trajectory
     from tasks.paths import RunPaths
+    from tasks.storage import read_records
 
     point = scratch / f"{key.replace('.', '_').replace('*', 'x')}-{value}"
     shutil.copytree(base, point, symlinks=True)
@@ -77,8 +78,6 @@ def _point(base: Path, run_name: str, scratch: Path, key: str, value: int, cfg: 
     start = time.perf_counter()
     rl_iteration(str(run_dir), 1)
     wall = time.perf_counter() - start
-    from rla_core.schemas import Trajectory
-
     trajectories = read_records(RunPaths.of(run_dir).it(1).trajectories, Trajectory)
     steps = sum(len(t.steps) for t in trajectories)
     m = tree["judge"]["m"]

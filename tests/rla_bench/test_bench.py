@@ -13,7 +13,7 @@ from rla_bench import engine, iteration, scaling, step
 from rla_bench.common import policy_prompts, require_run
 from rla_core.errors import MissingFile
 from rla_core.rollout.prompts import parse_action
-from tasks.paths import RunPaths, run_config
+from tasks.paths import run_config
 from tests.flows.conftest import MICRO, harness  # noqa: F401  (harness: a fixture)
 
 SHORT = MICRO + ["bootstrap.policy_steps=30", "bootstrap.judge_steps=15", "rollout.tasks_per_iteration=2",
