@@ -241,6 +241,10 @@ class BootstrapConfig(_Section):
     batch_size: int = Field(32, gt=0, description="samples per warm-start optimizer step (every model)")
     lr: float = Field(1e-3, gt=0, description="learning rate of the policy and judge warm-starts")
     bad_action_rate: float = Field(0.35, ge=0, le=1, description="random actions mixed into judge data")
+    exclude_train_games: bool = Field(
+        False, description="the policy demonstrations and judge labels avoid the seed slots' games (by content "
+        "hash), so RL trains on games the warm-start never saw; matters when slots and demonstrations share a "
+        "small pool (environment.knobs.pool)")
     environment_tasks: int = Field(
         96, ge=0, description="environment.rewriter=llm with a tiny environment model: fresh tasks played by the "
         "warm-started policy and judged, whose critic feedback and procedural rewrites (both directions) are "

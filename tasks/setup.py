@@ -95,13 +95,22 @@ def seed(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     return {"train": len(train), "heldout": len(heldout), "reserved": len(reserved)}
 
 
-def demo_walks(cfg: Config, paths: RunPaths, count: int, noise: float, stream: str) -> list:
-    """Oracle walks on fresh tasks that share no game with the held-out and reserved tasks."""
+def demo_tasks(cfg: Config, paths: RunPaths, count: int, rng: random.Random, exclude_slots: bool = False) -> list[Task]:
+    """Fresh tasks that share no game with the held-out and reserved tasks (nor, with `exclude_slots`,
+    with the seed slots RL trains on)."""
     family = get_environment(cfg.environment.name)
     reserved = set(read_json(paths.reserved))
+    if exclude_slots:
+        reserved |= {family.content_hash(t.spec) for t in TaskStore.load(paths.seed_store).active_tasks()}
+    return generate_tasks(family, cfg.environment.knobs, count, rng, "demo", reserved, cfg.rollout.max_steps)
+
+
+def demo_walks(cfg: Config, paths: RunPaths, count: int, noise: float, stream: str,
+               exclude_slots: bool = False) -> list:
+    """Oracle walks on the `demo_tasks` of the random stream `stream`."""
+    family = get_environment(cfg.environment.name)
     rng = random.Random(f"{cfg.run.seed}/{stream}")
-    tasks = generate_tasks(family, cfg.environment.knobs, count, rng, "demo", reserved, cfg.rollout.max_steps)
-    return [oracle_walk(family, t, noise, rng) for t in tasks]
+    return [oracle_walk(family, t, noise, rng) for t in demo_tasks(cfg, paths, count, rng, exclude_slots)]
 
 
 def rewrite_corpus(cfg: Config, paths: RunPaths, count: int) -> list[str]:
@@ -210,10 +219,12 @@ def bootstrap(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
         return coding.bootstrap(paths, cfg)
     boot, keep = cfg.bootstrap, cfg.rollout.history_turns
     summary: dict[str, float] = {}
+    apart = boot.exclude_train_games
     jobs = {
-        "policy": (policy_pairs(demo_walks(cfg, paths, boot.demos, WALK_NOISE, "demos"), keep), boot.policy_steps),
-        "judge": (balance(judge_pairs(demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels"), keep),
-                          random.Random(cfg.run.seed)), boot.judge_steps),
+        "policy": (policy_pairs(demo_walks(cfg, paths, boot.demos, WALK_NOISE, "demos", apart), keep),
+                   boot.policy_steps),
+        "judge": (balance(judge_pairs(demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels", apart),
+                                      keep), random.Random(cfg.run.seed)), boot.judge_steps),
     }
     for role, (pairs, steps) in jobs.items():
         model, tokenizer = load_model(paths.init_models / role)

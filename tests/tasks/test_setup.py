@@ -15,7 +15,7 @@ from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.schemas import Task
 from tasks.paths import RunPaths
 from rla_core.bootstrap import generate_tasks
-from tasks.setup import seed
+from tasks.setup import demo_tasks, demo_walks, seed
 from tasks.storage import read_json, read_records, write_records
 
 KNOBS = {"goal_type": "put", "rooms": 1, "distractors": 0, "closed": 0}
@@ -86,3 +86,19 @@ def test_shipped_data_is_what_its_manifest_says():
     for source in ("warmstart", "random", "oracle"):
         mine = [s for s in bench if s.source == source]
         assert sum(s.good for s in mine) == sum(not s.good for s in mine) > 0  # balanced per policy
+
+
+def test_exclude_train_games_keeps_the_warm_start_off_the_slots_games(tmp_path):
+    paths = run_folder(tmp_path, **{"bootstrap.exclude_train_games": "true"})
+    seed.run_here(str(paths.root))
+    cfg = load_config([paths.config])
+    free = demo_tasks(cfg, paths, 12, random.Random("0/demos"))
+    # slots that hold half of the games the demonstrations would otherwise be drawn on (as a shared pool makes them)
+    TaskStore.from_seed(free[::2]).save(paths.seed_store)
+    slots = {HOUSEHOLD.content_hash(t.spec) for t in free[::2]}
+    apart = demo_tasks(cfg, paths, 12, random.Random("0/demos"), exclude_slots=True)
+    apart_games = {HOUSEHOLD.content_hash(t.spec) for t in apart}
+    assert len(apart_games) == 12 and not apart_games & (slots | set(read_json(paths.reserved)))
+    assert [t.spec for t in apart[:6]] == [t.spec for t in free[1::2]]  # the other draws are kept, in order
+    walks = demo_walks(cfg, paths, 12, 0.0, "demos", exclude_slots=True)
+    assert [w[0].goal for w in walks] == [HOUSEHOLD.make(t.spec).goal for t in apart]
