@@ -17,7 +17,7 @@ MICRO = [
     "environment.knobs={goal_type: examine, rooms: 1, distractors: 0, closed: 0, step_limit: 10}",
     # a wide band so that the micro judge always has data to learn from
     "environment.alpha_low=0.0", "environment.alpha_high=1.0",
-    "bootstrap.demos=40", "bootstrap.policy_steps=120", "bootstrap.judge_steps=60", "bootstrap.batch_size=16",
+    "bootstrap.demos=40", "bootstrap.policy_steps=240", "bootstrap.judge_steps=60", "bootstrap.batch_size=16",
     "bootstrap.lr=0.003",
     "rollout.tasks_per_iteration=4", "rollout.n=8", "rollout.max_steps=10", "judge.m=2",
     "judge.max_new_tokens=16", "train.max_optimizer_steps=2", "train.minibatch_size=64", "run.iterations=1",

@@ -51,7 +51,7 @@ KNOBS = ("world_size", "nb_objects", "quest_length")
 TEXTWORLD_MICRO = [o for o in MICRO if o.startswith("models.")] + [
     "run.iterations=1", "run.eval_every=1",
     f"environment.train_slots={SLOTS}",
-    "environment.knobs={world_size: [1, 2], nb_objects: [2], quest_length: [1, 2], pool: 16}",
+    "environment.knobs={world_size: [1, 2], nb_objects: [2], quest_length: [1, 2], pool: 24}",
     "environment.heldout_file=null", f"environment.heldout_tasks={HELDOUT}", "environment.reserved_files=[]",
     f"rollout.tasks_per_iteration={TASKS}", f"rollout.n={N}",
     "bootstrap.demos=6", "bootstrap.corpus_walks=6", "bootstrap.corpus_specs=2", "bootstrap.corpus_rewrites=2",
