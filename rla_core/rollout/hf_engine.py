@@ -10,8 +10,59 @@ import inspect
 from typing import Any, Callable
 
 import torch
+from transformers.cache_utils import Cache, DynamicLayer
 
 from rla_core.rollout.base import Generation, SamplingParams, register_engine
+
+
+class PreallocatedLayer(DynamicLayer):
+    """One layer's KV cache in a buffer sized for the whole decode.
+
+    transformers' `DynamicLayer` grows by `torch.cat`, which copies the whole cache at every new token:
+    72 % of the CPU time of a judge-shaped decode (96 rows, ~130 positions, 24 new tokens). Here the
+    prefill is copied in once and each new token is written in place; attention reads a view of the
+    filled part, the same values in the same order as the concatenated tensor.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"KV cache of {self.capacity} positions cannot hold {end}")
+        if self._keys is None:
+            self.dtype, self.device = key_states.dtype, key_states.device
+            batch, heads, _, dim = key_states.shape
+            self._keys = key_states.new_empty((batch, heads, self.capacity, dim))
+            self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]))
+            self.is_initialized = True
+        start, self.length = self.length, end
+        self._keys[:, :, start:end] = key_states
+        self._values[:, :, start:end] = value_states
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        if start == 0:  # the prefill attends over its own contiguous states, as the concatenating cache does
+            return key_states, value_states
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self._keys is not None:
+            self._keys = self._keys.repeat_interleave(repeats, dim=0)
+            self._values = self._values.repeat_interleave(repeats, dim=0)
+            self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+
+
+def preallocated_cache(model: Any, capacity: int) -> Cache:
+    """A transformers cache with one `PreallocatedLayer` of `capacity` positions per decoder layer."""
+    return Cache(layers=[PreallocatedLayer(capacity) for _ in range(model.config.num_hidden_layers)])
 
 
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,13 +91,16 @@ def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator) 
 def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
                  generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
     """Decode up to max_new_tokens for params.n samples of every prompt; returns (ids, logprobs) per
-    sample, grouped by prompt. The prompt is prefilled once and its KV cache repeated n times."""
+    sample, grouped by prompt. The prompt is prefilled once and its KV cache repeated n times; the cache
+    is allocated once for prompt + max_new_tokens positions (`PreallocatedLayer`)."""
     device = next(model.parameters()).device
     ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     # Only the last position's logits are needed: skip the vocabulary projection of the whole prompt.
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep)
+    cache = preallocated_cache(model, ids.shape[1] + params.max_new_tokens)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                **keep)
     cache, logits = out.past_key_values, out.logits[:, -1, :]
     if params.n > 1:
         cache.batch_repeat_interleave(params.n)
