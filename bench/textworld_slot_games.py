@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rla_core.adaptation.store import TaskStore  # noqa: E402
 from rla_core.config import load_config  # noqa: E402
 from rla_core.rollout.runner import rollout_metrics  # noqa: E402
-from rla_core.schemas import Task  # noqa: E402
 from tasks.common import bind_environment  # noqa: E402
 from tasks.engines import rollout_tasks  # noqa: E402
 from tasks.game_eval import wilson  # noqa: E402
@@ -34,8 +34,7 @@ def main() -> None:
     cfg = load_config([str(run / "config.yaml")])
     paths = RunPaths.of(run)
     bind_environment(cfg, run)
-    with open(paths.seed_store / "slots.jsonl") as lines:
-        roots = [Task.model_validate(json.loads(line)["root"]) for line in lines]
+    roots = [slot.root for slot in TaskStore.load(paths.seed_store).slots]
     report = {"run": str(run), "games": len(roots), "episodes_per_game": args.episodes, "seed": args.seed}
     for name, k in (("warm_start", 1), ("final", cfg.run.iterations + 1)):
         played, _ = rollout_tasks(paths, cfg, roots, paths.model_dir(k, "policy"), args.episodes, 1.0, args.seed,

@@ -45,7 +45,7 @@ class PreallocatedLayer(DynamicLayer):
         start, self.length = self.length, end
         self._keys[:, :, start:end] = key_states
         self._values[:, :, start:end] = value_states
-        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        self._expose()
         if start == 0:  # the prefill attends over its own contiguous states, as the concatenating cache does
             return key_states, value_states
         return self.keys, self.values
@@ -57,7 +57,11 @@ class PreallocatedLayer(DynamicLayer):
         if self._keys is not None:
             self._keys = self._keys.repeat_interleave(repeats, dim=0)
             self._values = self._values.repeat_interleave(repeats, dim=0)
-            self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+            self._expose()
+
+    def _expose(self) -> None:
+        """`keys`/`values` (what transformers' own cache methods read): views of the filled positions."""
+        self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
 
 
 def preallocated_cache(model: Any, capacity: int) -> Cache:
