@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rla_core.adaptation.store import TaskStore  # noqa: E402
-from rla_core.config import load_config  # noqa: E402
+from rla_core.config import load_run_config  # noqa: E402
 from rla_core.rollout.runner import rollout_metrics  # noqa: E402
 from tasks.common import bind_environment  # noqa: E402
 from tasks.engines import rollout_tasks  # noqa: E402
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=123)
     args = parser.parse_args()
     run = Path(args.run)
-    cfg = load_config([str(run / "config.yaml")])
+    cfg = load_run_config(run / "config.yaml")
     paths = RunPaths.of(run)
     bind_environment(cfg, run)
     roots = [slot.root for slot in TaskStore.load(paths.seed_store).slots]

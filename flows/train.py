@@ -10,7 +10,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.rl_iteration import rl_iteration
-from rla_core.config import Config, ConfigError, config_to_yaml, load_config, run_mismatch
+from rla_core.config import Config, ConfigError, config_to_yaml, load_config, load_run_config, run_mismatch
 from rla_core.errors import BadValue
 from tasks.object_store import open_store
 from tasks.paths import RunPaths
@@ -44,7 +44,7 @@ def prepare_run_dir(cfg: Config) -> str:
     paths = RunPaths.of(Path(cfg.run.output_dir) / cfg.run.name)
     store = open_store(cfg, paths.root)
     store.check()  # a missing bucket or bad credentials fail here, before any work
-    if store.pull_file("config.yaml") and (refusal := run_mismatch(str(paths.root), load_config([paths.config]), cfg)):
+    if store.pull_file("config.yaml") and (refusal := run_mismatch(str(paths.root), load_run_config(paths.config), cfg)):
         raise ConfigError(refusal)
     paths.root.mkdir(parents=True, exist_ok=True)
     text = config_to_yaml(cfg)  # stages read the run's config from here (run.iterations: the last iteration)

@@ -47,7 +47,7 @@ def engine_for(cfg: Config, run_root: Path, role: str, model_dir: Path, batch_si
     model, tokenizer = load_model(model_dir)
     factory = get_engine(cfg.rollout.backend)
     if cfg.rollout.backend == "transformers":
-        return factory(model, tokenizer, batch_size=batch_size), tokenizer
+        return factory(model, tokenizer, batch_size=batch_size, sampler=cfg.rollout.sampler), tokenizer
     key, live = _key(cfg, run_root, batch_size), _LIVE.get(role)
     if live is not None and live.key == key:
         if Path(model_dir).resolve() != live.model_dir:

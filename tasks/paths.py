@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rla_core.config import Config, load_config
+from rla_core.config import Config, load_run_config
 from tasks.storage import done_summary, is_done
 
 COMPLETE = "COMPLETE"
@@ -188,4 +188,4 @@ class RunPaths:
 
 
 def run_config(run_dir: str | Path) -> Config:
-    return load_config([RunPaths.of(run_dir).config])
+    return load_run_config(RunPaths.of(run_dir).config)

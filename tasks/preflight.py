@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 
 from rla_core.adaptation.cycle import AdaptReport
 from rla_core.adaptation.store import META_FILE, SLOTS_FILE, TaskStore
-from rla_core.config import Config, ConfigError, load_config, resolve_data_path, run_mismatch
+from rla_core.config import Config, ConfigError, load_config, load_run_config, resolve_data_path, run_mismatch
 from rla_core.envs.base import check_task_lines, get_environment
 from rla_core.errors import BadValue, DataError, MissingFile
 from rla_core.judge.benchmark import BenchmarkStep
@@ -273,7 +273,7 @@ def _check_inputs(cfg: Config, paths: RunPaths | None) -> None:
 def _run_config(paths: RunPaths) -> Config:
     shown = _rel(paths.config)
     try:
-        return load_config([shown])
+        return load_run_config(shown)
     except ConfigError as err:
         message = str(err)
         raise DataError(message if message.startswith(str(shown)) else f"{shown}: not a config of this version "

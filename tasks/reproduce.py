@@ -24,7 +24,7 @@ import shutil
 import time
 from pathlib import Path
 
-from rla_core.config import Config, config_to_yaml, load_config
+from rla_core.config import Config, config_to_yaml, load_run_config
 from rla_core.errors import BadValue, MissingFile
 from rla_core.fileio import atomic_write_text
 from tasks.object_store import dvc_remote_options
@@ -223,7 +223,7 @@ def _scratch_config(record: dict, scratch: Path) -> str:
     remote of its own (the original remote is only read)."""
     source = scratch / ".record-config.yaml"
     source.write_text(record["config"])
-    cfg = load_config([str(source)], ["tracking.mlflow_uri=null", "tracking.artifact_location=null",
+    cfg = load_run_config(source, ["tracking.mlflow_uri=null", "tracking.artifact_location=null",
                                       "storage.backend=local", f"versioning.remote={scratch / '.dvc-remote'}"])
     source.unlink()
     return config_to_yaml(cfg)

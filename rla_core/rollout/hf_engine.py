@@ -80,20 +80,46 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
     return ids, mask
 
 
-def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next token per row and its log-prob under the model (temperature 1), logits [B, V]."""
+def sample_rows(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One index per row of `weights` [B, V] (≥ 0, every row with a positive sum), drawn with probability
+    proportional to the weights, by inverting the row's cumulative sum with one uniform draw.
+
+    `torch.multinomial` draws one exponential per vocabulary entry (V random numbers a row: 7.6 ms for a
+    255 × 1,200 judge step on this machine); this draws one per row. The index is the first whose
+    cumulative sum is strictly above u·total, u in [0, 1): a zero weight is never drawn (its sum equals its
+    predecessor's), and u·total < total in round-to-nearest float arithmetic, so an index always exists. A
+    weight under half a float32 ulp of the running sum (relative 6e-8) is absorbed and cannot be drawn.
+    """
+    cdf = weights.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    uniform = torch.rand(total.shape, generator=generator, device=weights.device, dtype=weights.dtype)
+    return torch.searchsorted(cdf, uniform * total, right=True).squeeze(-1)
+
+
+SAMPLERS = ("inverse_cdf", "multinomial")
+
+
+def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator, sampler: str = "inverse_cdf"
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next token per row and its log-prob under the model (temperature 1), logits [B, V].
+
+    sampler "inverse_cdf": `sample_rows`; "multinomial": torch.multinomial over the softmax, the draws of
+    runs made before `rollout.sampler` existed (same distribution, other random numbers)."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     if temperature <= 0:
         token = logprobs.argmax(dim=-1)
-    else:
+    elif sampler == "multinomial":
         probs = torch.softmax(logits.float() / temperature, dim=-1)
         token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    else:
+        scaled = logprobs if temperature == 1 else torch.log_softmax(logits.float() / temperature, dim=-1)
+        token = sample_rows(scaled.exp(), generator)
     return token, logprobs.gather(-1, token[:, None]).squeeze(-1)
 
 
 @torch.no_grad()
 def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
-                 generator: torch.Generator) -> list[tuple[list[int], list[float]]]:
+                 generator: torch.Generator, sampler: str = "inverse_cdf") -> list[tuple[list[int], list[float]]]:
     """Decode up to max_new_tokens for params.n samples of every prompt; returns (ids, logprobs) per
     sample, grouped by prompt. The prompt is prefilled once and its KV cache repeated n times; the cache
     is allocated once for prompt + max_new_tokens positions (`PreallocatedLayer`)."""
@@ -114,7 +140,7 @@ def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, e
     tokens: list[torch.Tensor] = []
     token_logprobs: list[torch.Tensor] = []
     for _ in range(params.max_new_tokens):
-        token, logprob = _pick(logits, params.temperature, generator)
+        token, logprob = _pick(logits, params.temperature, generator, sampler)
         token = torch.where(finished, torch.full_like(token, pad_id), token)
         tokens.append(token)
         token_logprobs.append(logprob)
@@ -142,10 +168,13 @@ def _strip(tokens: torch.Tensor, logprobs: torch.Tensor, eos_id: int) -> list[tu
 class TransformersEngine:
     """Rollout engine over an in-memory transformers causal LM."""
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64) -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, sampler: str = "inverse_cdf") -> None:
+        if sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {sampler!r}; valid: {', '.join(SAMPLERS)}")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.sampler = sampler
 
     def load_weights(self, model: Any) -> None:
         self.model = model
@@ -156,7 +185,7 @@ class TransformersEngine:
             return []
         was_training = self.model.training
         self.model.eval()
-        # The generator lives where sampling happens (torch.multinomial needs them on one device).
+        # The generator lives where sampling happens (torch.rand draws on the model's device).
         generator = torch.Generator(device=next(self.model.parameters()).device).manual_seed(params.seed)
         eos_id, pad_id = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         # Sort by length so each chunk pads little; results are put back in the callers' order.
@@ -165,7 +194,8 @@ class TransformersEngine:
         results: list[list[Generation]] = [[] for _ in prompts]
         for start in range(0, len(order), per_chunk):
             chunk = order[start:start + per_chunk]
-            decoded = sample_batch(self.model, [prompts[i] for i in chunk], params, eos_id, pad_id, generator)
+            decoded = sample_batch(self.model, [prompts[i] for i in chunk], params, eos_id, pad_id, generator,
+                                   self.sampler)
             for row, (ids, logprobs) in enumerate(decoded):
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 results[chunk[row // params.n]].append(Generation(token_ids=ids, text=text, logprobs=logprobs))
@@ -176,5 +206,6 @@ class TransformersEngine:
 
 
 @register_engine("transformers")
-def make_transformers_engine(model: Any, tokenizer: Any, batch_size: int = 64, **_: Any) -> TransformersEngine:
-    return TransformersEngine(model, tokenizer, batch_size=batch_size)
+def make_transformers_engine(model: Any, tokenizer: Any, batch_size: int = 64, sampler: str = "inverse_cdf",
+                             **_: Any) -> TransformersEngine:
+    return TransformersEngine(model, tokenizer, batch_size=batch_size, sampler=sampler)

@@ -126,3 +126,30 @@ def test_yaml_errors_name_the_file_and_line_in_one_line(tmp_path, text, where):
     with pytest.raises(ConfigError) as err:
         load_config([tmp_path / "x.yaml"])
     assert str(err.value).startswith(f"{tmp_path}/{where}") and "\n" not in str(err.value)
+
+
+def test_a_run_config_written_before_the_sampler_key_loads_with_the_sampler_it_ran_with(tmp_path):
+    """A run's config.yaml holds every key; one written before `rollout.sampler` existed ran with
+    torch.multinomial, and must continue and reproduce with it. A new config gets the faster default."""
+    import yaml
+
+    from rla_core.config import config_to_yaml, load_run_config, run_mismatch
+
+    assert load_config().rollout.sampler == "inverse_cdf"
+    written = yaml.safe_load(config_to_yaml(load_config()))
+    del written["rollout"]["sampler"]
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(written))
+    loaded = load_run_config(old)
+    assert loaded.rollout.sampler == "multinomial"
+    assert loaded.model_copy(update={"rollout": loaded.rollout.model_copy(update={"sampler": "inverse_cdf"})}) \
+        == load_config()  # nothing else changed
+    assert load_config([old]).rollout.sampler == "inverse_cdf"  # a user's config file: the default
+    current = tmp_path / "current.yaml"
+    current.write_text(config_to_yaml(load_config()))
+    assert load_run_config(current).rollout.sampler == "inverse_cdf"  # a key that is there is kept
+    assert load_run_config(old, ["rollout.sampler=inverse_cdf"]).rollout.sampler == "inverse_cdf"
+    refusal = run_mismatch("runs/old", loaded, load_config())
+    assert refusal is not None and "rollout.sampler=multinomial" in refusal and "rollout.sampler=inverse_cdf" in refusal
+    with pytest.raises(ConfigError, match="rollout.sampler"):
+        load_config(overrides=["rollout.sampler=gumbel"])

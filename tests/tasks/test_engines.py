@@ -88,3 +88,30 @@ def test_transformers_engines_are_built_per_call_and_never_kept(model_dirs, tmp_
     first, _ = engines.engine_for(cfg, tmp_path, "policy", model_dirs[0], 8)
     second, _ = engines.engine_for(cfg, tmp_path, "policy", model_dirs[0], 8)
     assert first is not second and engines.live_roles() == {}
+
+
+def test_the_transformers_engine_samples_with_the_configured_sampler(model_dirs, tmp_path):
+    for sampler in ("multinomial", "inverse_cdf"):
+        cfg = Config().model_copy(update={"rollout": Config().rollout.model_copy(update={"sampler": sampler})})
+        engine, _ = engines.engine_for(cfg, tmp_path, "policy", model_dirs[0], batch_size=8)
+        assert engine.sampler == sampler
+
+
+def test_a_run_folder_written_before_the_sampler_key_samples_with_multinomial(model_dirs, tmp_path):
+    """The seam old run folder → run_config → engine_for: the stages of a run written before
+    `rollout.sampler` existed sample as that run did."""
+    import yaml
+
+    from rla_core.config import config_to_yaml
+    from tasks.paths import run_config
+
+    run = tmp_path / "old-run"
+    run.mkdir()
+    written = yaml.safe_load(config_to_yaml(Config()))
+    del written["rollout"]["sampler"]
+    (run / "config.yaml").write_text(yaml.safe_dump(written))
+    engine, _ = engines.engine_for(run_config(run), run, "judge", model_dirs[0], batch_size=8)
+    assert engine.sampler == "multinomial"
+    (run / "config.yaml").write_text(config_to_yaml(Config()))
+    engine, _ = engines.engine_for(run_config(run), run, "judge", model_dirs[0], batch_size=8)
+    assert engine.sampler == "inverse_cdf"
