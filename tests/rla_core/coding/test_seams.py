@@ -45,7 +45,9 @@ from rla_core.training.sft import supervised_finetune
 from tasks.setup import tokenize_pairs
 
 ALPHA_LOW, ALPHA_HIGH = 0.2, 0.8  # the config's default band
-N, U = 6, 4
+# 12 programs per problem: the tiny judge only writes right tests for the integer problems, so the band
+# must hold one of them; with 6 programs only the string problem landed in it under one of the samplers.
+N, U = 12, 4
 POLICY_PARAMS = SamplingParams(max_new_tokens=40, temperature=1.0, seed=0)
 JUDGE_PARAMS = SamplingParams(max_new_tokens=16, temperature=1.0, seed=0)
 TINY = ModelSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=512)

@@ -269,4 +269,9 @@ def test_rollout_logprobs_are_the_recomputed_old_logprobs(tokenizer):
         results[mode] = (trainer.train(samples, rng_seed=1), flat_params(trainer.model))
     for name in ("loss", "pg_loss", "kl", "grad_norm"):
         assert results["rollout"][0][name] == pytest.approx(results["recompute"][0][name], rel=1e-4, abs=1e-6)
-    assert torch.allclose(results["rollout"][1], results["recompute"][1], atol=1e-5)
+    # Float rounding of π_old moves each weight by a tiny fraction of the update itself (Adam divides by
+    # the gradient's own scale, so a weight with a near-zero gradient shows a rounding difference larger
+    # than its gradient would suggest: 1e-5 of a 3e-2 update here).
+    step = float((results["recompute"][1] - flat_params(tiny_model(tokenizer))).abs().max())
+    assert step > 1e-3  # the update moved the weights
+    assert float((results["rollout"][1] - results["recompute"][1]).abs().max()) <= 1e-3 * step
