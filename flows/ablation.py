@@ -18,7 +18,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.train import train
-from rla_core.ablation import Row, mean_se, parse_rows, row_overrides
+from rla_core.ablation import Row, check_base, mean_se, parse_rows, row_overrides
 from rla_core.config import Config, ConfigError, TrackingConfig, load_config
 from tasks.ablation_report import RunResult, read_run, summary_markdown, write_report
 from tasks.storage import is_done
@@ -56,8 +56,7 @@ def ablation(config_files: list[str] | None, overrides: list[str], seeds: int, r
     """Every (row, seed) training run, then the summary files, logged to the ablation's parent run."""
     base = load_config(config_files, overrides)
     chosen = parse_rows(rows)
-    if base.reward.step_weight <= 0 and any(r.step_rewards for r in chosen):
-        raise ConfigError("reward.step_weight must be > 0 for the rows with step rewards (b, c, d)")
+    check_base(base, chosen)
     root = (Path(base.run.output_dir) / name).resolve()
     root.mkdir(parents=True, exist_ok=True)
     parent = Tracker(root, TrackingConfig(experiment=base.tracking.experiment), run_name=name)

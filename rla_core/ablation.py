@@ -15,7 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from rla_core.errors import UnknownName
+
+if TYPE_CHECKING:
+    from rla_core.config import Config
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,18 @@ ROWS: dict[str, Row] = {
     "c": Row("c", "+ judge training", True, True, False),
     "d": Row("d", "+ environment adaptation (full)", True, True, True),
 }
+
+
+def check_base(cfg: "Config", rows: Sequence[Row]) -> None:
+    """Raise ConfigError when the base config cannot make these rows at equal compute: a step-reward row
+    needs λ > 0, and every row needs the same fixed number of optimizer steps per update."""
+    from rla_core.config import ConfigError
+
+    if cfg.reward.step_weight <= 0 and any(r.step_rewards for r in rows):
+        raise ConfigError("reward.step_weight must be > 0 for the rows with step rewards (b, c, d)")
+    if cfg.train.optimizer_steps is None:
+        raise ConfigError("train.optimizer_steps must be set for an ablation (equal optimizer steps in every row); "
+                          "None lets each row take as many steps as its sample count needs")
 
 
 def parse_rows(text: str) -> list[Row]:

@@ -124,7 +124,11 @@ class VllmConfig(_Section):
 class RolloutConfig(_Section):
     backend: str = Field("transformers", description="rollout engine: transformers | vllm")
     vllm: VllmConfig = Field(VllmConfig(), description="vLLM engine options (backend = vllm)")
-    tasks_per_iteration: int = Field(32, gt=0, description="K active slots sampled per iteration")
+    tasks_per_iteration: int = Field(32, gt=0, description="K: tasks rolled out per iteration")
+    candidates: Literal["within_k", "on_top"] = Field(
+        "within_k", description="where last iteration's rewrite candidates go: within_k = they count towards K "
+        "(K tasks in total: rows with and without adaptation spend equal compute); on_top = added on top of K "
+        "(the paper; runs written before this key existed)")
     n: int = Field(8, gt=0, description="N trajectories per task")
     max_steps: int = Field(12, gt=0, description="H: at most this many policy turns")
     temperature: float = Field(1.0, ge=0, description="policy sampling temperature in rollouts")
@@ -199,6 +203,9 @@ class TrainConfig(_Section):
         None, gt=0, description="exactly this many optimizer steps per update, the samples split evenly "
         "among them (equal steps whatever the data size); None = as many as minibatch_size needs")
     micro_batch_size: int = Field(64, gt=0, description="samples per forward; GAS = ceil(mini/micro)")
+    max_samples: int | None = Field(
+        None, gt=0, description="cap on each model's training samples per iteration (a uniform random subset); "
+        "None = all. Ablation rows use one cap so that their updates are the same size")
     max_optimizer_steps: int | None = Field(
         None, gt=0, description="cap on optimizer steps per model per iteration; None = one pass over all samples")
     grad_clip: float = Field(1.0, gt=0, description="max global gradient norm per optimizer step")
@@ -461,7 +468,7 @@ def _config_from_tree(tree: dict[str, Any], overrides: list[str] | None) -> Conf
 
 # Keys added after run folders were first written, with the value that every run written before them used.
 # A run's config.yaml holds every key (config_to_yaml), so a run config without such a key predates it.
-LEGACY_VALUES: dict[str, Any] = {"rollout.sampler": "multinomial"}
+LEGACY_VALUES: dict[str, Any] = {"rollout.sampler": "multinomial", "rollout.candidates": "on_top"}
 
 
 def load_run_config(path: str | Path, overrides: list[str] | None = None) -> Config:

@@ -38,6 +38,8 @@ class RunResult:
     judge_steps: float = 0.0
     policy_samples: float = 0.0  # samples trained on, summed
     judge_samples: float = 0.0
+    episodes: float = 0.0  # trajectories rolled out, summed (compute/episodes of the data stage)
+    tokens: float = 0.0  # generated + trained tokens, summed (compute/tokens)
     seconds: float = 0.0  # stage compute, summed
 
     @property
@@ -66,6 +68,9 @@ def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
             evaluations.append(json.loads(metrics_file.read_text()))
             result.evaluated.append(k)
         result.train_success.append(_metric(done_summary(paths.stage(k, "rollout")), "train/success_rate"))
+        data_summary = done_summary(paths.stage(k, "data"))
+        result.episodes += _metric(data_summary, "compute/episodes")
+        result.tokens += _metric(data_summary, "compute/tokens")
         for role in ("policy", "judge"):
             update = done_summary(paths.it(k).trained(role))
             steps = getattr(result, f"{role}_steps") + _metric(update, f"{role}/optimizer_steps")
@@ -103,6 +108,7 @@ def summary_markdown(results: list[RunResult], rows: list[str]) -> str:
             f"| ({key}) {ROWS[key].label} | {len(mine)} | {_fmt([r.baseline for r in mine])} | "
             f"{_fmt([r.final for r in mine])} | {_fmt(gains, digits=1)} | {min(gains):+.1f} | "
             f"{_fmt(bal_before)} → {_fmt(bal_after)} | {_fmt(mu_after)} | {steps} |")
+    lines += compute_table(results, rows)
     finals = {key: {r.seed: r.final for r in results if r.row == key and r.success} for key in rows}
     lines += ["", "Paired differences of final held-out success (same seed, same tasks), in points:", "",
               "| comparison | seeds | mean ± SE | per seed |", "|---|---|---|---|"]
@@ -112,9 +118,44 @@ def summary_markdown(results: list[RunResult], rows: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+COMPUTE_TOLERANCE = 0.05  # rolled-out episodes or optimizer steps further than this from the first row: flagged
+
+
+def _relative(value: float, reference: float) -> float:
+    return 0.0 if value == reference else (value - reference) / reference if reference else math.inf
+
+
+def compute_table(results: list[RunResult], rows: list[str]) -> list[str]:
+    """Markdown lines: what each row spent (means over its seeds), each relative to the first row; a row
+    whose episodes or optimizer steps differ from the first row's by more than 5 % is flagged (samples and
+    tokens may differ by the method's filters: shown, not flagged)."""
+    means: dict[str, dict[str, float]] = {}
+    for key in rows:
+        mine = [r for r in results if r.row == key]
+        if mine:
+            means[key] = {name: sum(getattr(r, name) for r in mine) / len(mine)
+                          for name in ("episodes", "policy_samples", "judge_samples", "tokens", "policy_steps",
+                                       "judge_steps")}
+    if not means:
+        return []
+    first = next(iter(means.values()))
+    lines = ["", "Compute per run (mean over seeds; in brackets: relative to the first row):", "",
+             "| row | episodes | policy samples | judge samples | tokens | policy / judge optimizer steps | "
+             "equal compute |", "|---|---|---|---|---|---|---|"]
+    for key, m in means.items():
+        cells = [f"{m[n]:,.0f} ({_relative(m[n], first[n]):+.1%})" for n in ("episodes", "policy_samples",
+                                                                             "judge_samples", "tokens")]
+        flagged = [n for n in ("episodes", "policy_steps") if abs(_relative(m[n], first[n])) > COMPUTE_TOLERANCE]
+        verdict = "yes" if not flagged else "**no**: " + ", ".join(flagged) + " differ by > 5 %"
+        lines.append(f"| ({key}) {ROWS[key].label} | {' | '.join(cells)} | {m['policy_steps']:.0f} / "
+                     f"{m['judge_steps']:.0f} | {verdict} |")
+    return lines
+
+
 def write_csv(path: Path, results: list[RunResult]) -> None:
     fields = ["row", "seed", "iterations", "baseline", "final", "evaluated", "success", "bench_balanced", "bench_mu",
-              "train_success", "policy_steps", "judge_steps", "policy_samples", "judge_samples", "seconds", "run_dir"]
+              "train_success", "policy_steps", "judge_steps", "policy_samples", "judge_samples", "episodes", "tokens",
+              "seconds", "run_dir"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)

@@ -37,6 +37,7 @@ from tasks.common import load_model, progress_bar, stage_seed
 from tasks.engines import engine_for
 from tasks.paths import RunPaths
 from tasks.storage import read_json, read_records, write_json, write_records, write_text
+from tasks.training import write_batches
 
 CORPUS_PROBLEMS = 300
 
@@ -226,16 +227,17 @@ def adapt(paths: RunPaths, cfg: Config, k: int, rewrite) -> dict:
 def data(paths: RunPaths, cfg: Config, k: int, rejected: set[str]) -> dict:
     """Training samples from everything but rejected candidates' programs and tests."""
     it = paths.it(k)
-    trajectories = [t for t in read_records(it.trajectories, Trajectory) if t.task_id not in rejected]
+    rolled_out = read_records(it.trajectories, Trajectory)
+    all_tests = read_records(it.unit_tests, UnitTest)
+    trajectories = [t for t in rolled_out if t.task_id not in rejected]
     runs = [r for r in read_records(it.programs, ProgramRun) if r.task_id not in rejected]
-    tests = [t for t in read_records(it.unit_tests, UnitTest) if t.task_id not in rejected]
+    tests = [t for t in all_tests if t.task_id not in rejected]
     env = cfg.environment
     policy, policy_metrics = coding_rewards.policy_samples(trajectories, runs, tests, env.alpha_low, env.alpha_high,
                                                            cfg.coding.judge_test_weight)
     judge_data, judge_metrics = coding_rewards.judge_samples(runs, tests, env.alpha_low, env.alpha_high)
-    write_records(it.batch("policy"), policy)
-    write_records(it.batch("judge"), judge_data)
-    return {"metrics": {f"data/{n}": v for n, v in {**policy_metrics, **judge_metrics}.items()}}
+    return write_batches(paths, cfg, k, policy, judge_data, {**policy_metrics, **judge_metrics}, rolled_out,
+                         [t.response_ids for t in all_tests])
 
 
 # ---------------------------------------------------------------- evaluation

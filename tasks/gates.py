@@ -162,6 +162,19 @@ def _coding_row(task: Task) -> dict[str, Any]:
     }
 
 
+def check_reserved_content(rows: Sequence[tuple[str, str, str | None]], reserved: Iterable[str]) -> GateResult:
+    """No reserved content on the way into training: every row (a stored task, a rolled-out task, a
+    policy or judge sample, as (kind, task id, content hash)) has a known content hash (None: a sample
+    whose task was never rolled out) that is not reserved (held-out, dev, benchmarks: by content, not id)."""
+    frame = pd.DataFrame(list(rows), columns=["kind", "task_id", "content_hash"])
+    gx = _expectations()
+    suite = [
+        gx.ExpectColumnValuesToNotBeNull(column="content_hash"),
+        gx.ExpectColumnValuesToNotBeInSet(column="content_hash", value_set=sorted(set(reserved))),
+    ]
+    return _validate("reserved_content", frame, suite)
+
+
 def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 

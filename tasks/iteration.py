@@ -12,6 +12,7 @@ from pathlib import Path
 from rla_core.adaptation.cycle import AdaptReport, trainable
 from rla_core.adaptation.cycle import adapt as adapt_store
 from rla_core.adaptation.store import TaskStore
+from rla_core.compute import judge_responses
 from rla_core.config import Config
 from rla_core.rewards import judge_samples, policy_samples
 from rla_core.schemas import JudgedStep, Task, Trajectory
@@ -21,6 +22,7 @@ from tasks.engines import judge_all, rollout_tasks
 from tasks.paths import RunPaths
 from tasks.rewriting import make_rewrite
 from tasks.stage import stage
+from tasks.training import write_batches
 from tasks.storage import read_records, write_json, write_records, write_text
 
 
@@ -28,7 +30,8 @@ from tasks.storage import read_records, write_json, write_records, write_text
 def select(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """K active slots plus every pending candidate created in the previous iteration."""
     store = TaskStore.load(paths.store_dir(k))
-    tasks = store.select(cfg.rollout.tasks_per_iteration, random.Random(stage_seed(cfg, k, "select")), iteration=k)
+    tasks = store.select(cfg.rollout.tasks_per_iteration, random.Random(stage_seed(cfg, k, "select")), iteration=k,
+                         within_k=cfg.rollout.candidates == "within_k")
     write_records(paths.it(k).tasks, tasks)
     pending = {c.task.task_id for c in store.pending()}
     return {"tasks": len(tasks), "candidates": sum(t.task_id in pending for t in tasks)}
@@ -83,15 +86,14 @@ def data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Policy samples (mixed-outcome tasks) and judge samples (in-band tasks); rejected candidates excluded."""
     if coding.is_coding(cfg):
         return coding.data(paths, cfg, k, set(read_adapt_report(paths, k).rejected))
-    trajectories, judged = trainable(read_adapt_report(paths, k), read_records(paths.it(k).trajectories, Trajectory),
-                                     read_records(paths.it(k).judged, JudgedStep))
+    rolled_out, all_judged = read_records(paths.it(k).trajectories, Trajectory), read_records(paths.it(k).judged, JudgedStep)
+    trajectories, judged = trainable(read_adapt_report(paths, k), rolled_out, all_judged)
     policy, policy_metrics = policy_samples(trajectories, judged, cfg.reward.step_weight)
     judge_data, judge_metrics = judge_samples(trajectories, judged, cfg.reward.step_weight,
                                               cfg.environment.alpha_low, cfg.environment.alpha_high,
                                               cfg.judge.outcome_balance)
-    write_records(paths.it(k).batch("policy"), policy)
-    write_records(paths.it(k).batch("judge"), judge_data)
-    return {"metrics": {f"data/{n}": v for n, v in {**policy_metrics, **judge_metrics}.items()}}
+    return write_batches(paths, cfg, k, policy, judge_data, {**policy_metrics, **judge_metrics}, rolled_out,
+                         judge_responses(all_judged))
 
 
 def read_adapt_report(paths: RunPaths, k: int) -> AdaptReport:

@@ -14,10 +14,12 @@ from rla_core.adaptation.cycle import Rewrite
 from rla_core.adaptation.rewriters import RewriteResult, get_rewriter
 from rla_core.config import Config
 from rla_core.envs.base import get_environment
+from rla_core.errors import MissingFile
 from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import CriticFeedback, Direction, Task
 from tasks.engines import engine_for
 from tasks.paths import RunPaths
+from tasks.storage import read_json
 
 
 def environment_model_dir(cfg: Config, paths: RunPaths) -> Path:
@@ -50,14 +52,25 @@ def _llm_generate(cfg: Config, paths: RunPaths):
     return generate
 
 
+def reserved_hashes(paths: RunPaths) -> frozenset[str]:
+    """The content hashes no training may touch, as the seed stage recorded them."""
+    if not paths.reserved.is_file():
+        raise MissingFile(f"{paths.reserved}: the seed stage's reserved content hashes are missing")
+    return frozenset(read_json(paths.reserved))
+
+
 def make_rewrite(cfg: Config, paths: RunPaths) -> Rewrite:
-    """The configured rewriter as the adaptation cycle's callable; validation uses the episode horizon."""
+    """The configured rewriter as the adaptation cycle's callable; validation uses the episode horizon, and
+    an attempt that plays a reserved task (seed/reserved.json: held-out, dev, and so the judge benchmarks
+    drawn from them) is refused inside the rewriter's attempts."""
     env = cfg.environment
     generate = _llm_generate(cfg, paths) if env.rewriter == "llm" else None
     rewriter = get_rewriter(env.rewriter, generate=generate, prompt_mode=env.rewrite_prompt)
     family = get_environment(env.name)
+    reserved = reserved_hashes(paths)
 
     def rewrite(task: Task, direction: Direction, feedback: CriticFeedback, rng: random.Random) -> RewriteResult:
-        return rewriter.rewrite(task, direction, feedback, env.attempts, rng, family, horizon=cfg.rollout.max_steps)
+        return rewriter.rewrite(task, direction, feedback, env.attempts, rng, family, horizon=cfg.rollout.max_steps,
+                                reserved=reserved)
 
     return rewrite

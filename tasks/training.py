@@ -2,23 +2,38 @@
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import torch
 
+from rla_core.compute import cap_samples, compute_metrics
 from rla_core.config import Config, TrainConfig
-from rla_core.schemas import TrainingSample
+from rla_core.schemas import TrainingSample, Trajectory
 from rla_core.training.base import get_trainer
 from tasks.common import load_model, stage_seed
 from tasks.engines import sleep_engines
 from tasks.paths import RunPaths, run_config
 from tasks.stage import stage
-from tasks.storage import read_records
+from tasks.storage import read_records, write_records
 
 
 def load_batch(paths: RunPaths, k: int, role: str) -> list[TrainingSample]:
     """The training samples the data stage built for `role` in iteration k."""
     return read_records(paths.it(k).batch(role), TrainingSample)
+
+
+def write_batches(paths: RunPaths, cfg: Config, k: int, policy: list[TrainingSample], judge_data: list[TrainingSample],
+                  data_metrics: dict[str, float], trajectories: list[Trajectory], judge_outputs: list[list[int]]) -> dict:
+    """The data stage's output, in every setting: both batches under train.max_samples (one seeded subset
+    per model), the data/* metrics, and the iteration's compute/* metrics counted on what trains."""
+    cap = cfg.train.max_samples
+    policy = cap_samples(policy, cap, random.Random(stage_seed(cfg, k, "cap/policy")))
+    judge_data = cap_samples(judge_data, cap, random.Random(stage_seed(cfg, k, "cap/judge")))
+    write_records(paths.it(k).batch("policy"), policy)
+    write_records(paths.it(k).batch("judge"), judge_data)
+    compute = compute_metrics(trajectories, judge_outputs, policy, judge_data)
+    return {"metrics": {**{f"data/{n}": v for n, v in data_metrics.items()}, **compute}}
 
 
 def train_role(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: float, enabled: bool) -> dict:

@@ -36,6 +36,7 @@ class Proposal(BaseModel):
     candidate_id: str | None  # None when every attempt failed
     attempts: int
     valid_attempts: int  # attempts that passed structural validation and changed the spec
+    reserved_refused: int = 0  # valid attempts refused because they play a reserved (held-out/dev) task
     knob: str = ""  # procedural rewriter: the knob turned
     from_feedback: bool | None = None  # procedural rewriter: the knob came from the critic feedback
     difficulty_before: float
@@ -117,7 +118,8 @@ def propose(store: TaskStore, trajectories: list[Trajectory], judged: list[Judge
         report.proposals.append(Proposal(
             task_id=slot.active.task_id, direction=direction, acc=acc,
             candidate_id=candidate.task_id if candidate else None, attempts=len(attempts),
-            valid_attempts=sum(a.ok for a in attempts), knob=last.knob if candidate and last else "",
+            valid_attempts=sum(a.ok for a in attempts), reserved_refused=sum(a.reserved for a in attempts),
+            knob=last.knob if candidate and last else "",
             from_feedback=last.from_feedback if candidate and last else None,
             difficulty_before=slot.active.difficulty,
             difficulty_after=candidate.difficulty if candidate else None,
@@ -150,6 +152,7 @@ def adapt_metrics(report: AdaptReport) -> dict[str, float]:
         "env/proposed": float(len(report.proposed)),
         "env/proposal_failed": float(len(report.failed_proposals)),
         "env/valid_attempt_rate": sum(p.valid_attempts for p in proposals) / attempts if attempts else 0.0,
+        "env/reserved_refused": float(sum(p.reserved_refused for p in proposals)),
     }
     if graded:
         metrics["env/knob_from_feedback_rate"] = sum(bool(p.from_feedback) for p in graded) / len(graded)

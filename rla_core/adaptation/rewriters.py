@@ -48,6 +48,7 @@ class RewriteAttempt(BaseModel):
     raw: str = ""  # the generator's text (llm), capped
     knob: str = ""  # the knob turned (procedural)
     from_feedback: bool | None = None  # the knob was chosen from the critic feedback (procedural)
+    reserved: bool = False  # refused: the rewrite plays a reserved (held-out, dev, benchmark) task
 
 
 RewriteResult = tuple[Task | None, list[RewriteAttempt]]
@@ -65,8 +66,10 @@ class Rewriter(Protocol):
         rng: random.Random,
         family: EnvironmentFamily,
         horizon: int | None = None,
+        reserved: frozenset[str] = frozenset(),
     ) -> RewriteResult:
-        """(candidate or None, attempts log)."""
+        """(candidate or None, attempts log). A spec whose `family.content_hash` is in `reserved` is a
+        refused attempt, never the candidate."""
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -94,6 +97,19 @@ def _check_attempts(attempts: int) -> None:
         raise ValueError(f"attempts must be > 0, got {attempts}")
 
 
+RESERVED_ERROR = "reserved content"
+
+
+def refusal(task: Task, spec: dict[str, Any], family: EnvironmentFamily, reserved: frozenset[str]) -> str:
+    """Why a valid spec cannot be the candidate ("" when it can): it is the task itself, or it plays a
+    reserved task (held-out, dev, judge benchmark: compared by content hash, never by id)."""
+    if spec == task.spec:
+        return "unchanged spec"
+    if reserved and family.content_hash(spec) in reserved:
+        return RESERVED_ERROR
+    return ""
+
+
 # ---------------------------------------------------------------- procedural
 class ProceduralRewriter:
     """Turns one difficulty knob with the family's own `adjust`."""
@@ -109,6 +125,7 @@ class ProceduralRewriter:
         rng: random.Random,
         family: EnvironmentFamily,
         horizon: int | None = None,
+        reserved: frozenset[str] = frozenset(),
     ) -> RewriteResult:
         _check_attempts(attempts)
         log: list[RewriteAttempt] = []
@@ -119,8 +136,10 @@ class ProceduralRewriter:
             except SpecError as err:
                 log.append(RewriteAttempt(attempt=attempt, ok=False, error=f"SpecError: {err}"))
                 continue
-            if spec == task.spec:
-                log.append(RewriteAttempt(attempt=attempt, ok=False, error="unchanged spec"))
+            refused = refusal(task, spec, family, reserved)
+            if refused:
+                log.append(RewriteAttempt(attempt=attempt, ok=False, error=refused,
+                                          reserved=refused == RESERVED_ERROR))
                 continue
             log.append(RewriteAttempt(attempt=attempt, ok=True, reason=change.reason, knob=change.knob,
                                       from_feedback=change.from_feedback))
@@ -219,6 +238,7 @@ class LLMRewriter:
         rng: random.Random,  # unused: sampling randomness lives in the generator
         family: EnvironmentFamily,
         horizon: int | None = None,
+        reserved: frozenset[str] = frozenset(),
     ) -> RewriteResult:
         _check_attempts(attempts)
         prompt = build_rewrite_prompt(task, direction, feedback, family, self.prompt_mode)
@@ -235,8 +255,10 @@ class LLMRewriter:
             except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as err:
                 log.append(RewriteAttempt(attempt=attempt, ok=False, error=f"{type(err).__name__}: {err}", raw=raw))
                 continue
-            if spec == task.spec:
-                log.append(RewriteAttempt(attempt=attempt, ok=False, error="unchanged spec", raw=raw))
+            refused = refusal(task, spec, family, reserved)
+            if refused:
+                log.append(RewriteAttempt(attempt=attempt, ok=False, error=refused, raw=raw,
+                                          reserved=refused == RESERVED_ERROR))
                 continue
             log.append(RewriteAttempt(attempt=attempt, ok=True, reason="llm rewrite", raw=raw))
             return candidate_task(task, spec, family), log

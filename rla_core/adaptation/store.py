@@ -89,21 +89,25 @@ class TaskStore:
     def pending(self) -> list[PendingCandidate]:
         return [s.pending.model_copy(deep=True) for s in self._slots.values() if s.pending is not None]
 
-    def select(self, k: int, rng: random.Random, iteration: int | None = None) -> list[Task]:
-        """Tasks to roll out: the active tasks of k slots sampled without replacement (all slots if
-        k ≥ len), in sampled order, then every pending candidate in slot_id order.
+    def select(self, k: int, rng: random.Random, iteration: int | None = None, within_k: bool = True) -> list[Task]:
+        """K tasks to roll out in total (one budget, so that rows with and without adaptation spend equal
+        compute): the pending candidates (at most k, in slot_id order; one left out is rejected as stale
+        when its iteration validates), then the active tasks of k − #candidates slots sampled without
+        replacement (all slots if that is ≥ len). Returned actives first, in sampled order. `within_k=False`:
+        k active slots and every candidate on top of them (the paper; runs made before the one budget).
 
         With `iteration` given, only candidates created in iteration − 1 are included; with None, all
         pending ones (each iteration resolves its pending candidates, so these coincide in a healthy run).
         """
         if k < 0:
             raise ValueError(f"k must be ≥ 0, got {k}")
-        chosen = rng.sample(list(self._slots), min(k, len(self._slots)))
-        tasks = [self._slots[slot_id].active.model_copy(deep=True) for slot_id in chosen]
-        for candidate in self.pending():
-            if iteration is None or candidate.created_iteration == iteration - 1:
-                tasks.append(candidate.task)
-        return tasks
+        candidates = [c.task for c in self.pending()
+                      if iteration is None or c.created_iteration == iteration - 1]
+        if within_k:
+            candidates = candidates[:k]
+        actives = k - len(candidates) if within_k else k
+        chosen = rng.sample(list(self._slots), min(max(actives, 0), len(self._slots)))
+        return [self._slots[slot_id].active.model_copy(deep=True) for slot_id in chosen] + candidates
 
     def counts(self) -> dict[str, int]:
         """slots, pending, accepted_rewrites (history events after the seed), max_version."""

@@ -15,7 +15,7 @@ from tasks.tracking import PARENT_TAG
 @pytest.fixture(scope="module")
 def finished(harness, micro, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    overrides = micro + [f"run.output_dir={out}", "environment.heldout_tasks=6"]
+    overrides = micro + [f"run.output_dir={out}", "environment.heldout_tasks=6", "train.optimizer_steps=2"]
     result = ablation(None, overrides, seeds=1, rows="ad", name="abl")
     return result, overrides
 
@@ -41,6 +41,11 @@ def test_summary_files_and_mlflow_parent_with_a_child_per_run(finished):
     assert all(len(r["success"].split()) == 2 for r in rows)  # warm-start + iteration 1
     table = open(files["markdown"]).read()
     assert "(a) outcome only" in table and "(d) + environment adaptation (full)" in table and "(d) − (a)" in table
+    compute = [line for line in table.splitlines() if line.startswith("| (") and "optimizer steps" not in line]
+    episodes = {r["row"]: float(r["episodes"]) for r in rows}
+    assert episodes["a"] == episodes["d"] == 4 * 8  # one budget: K tasks × N episodes in both rows
+    assert [float(r["policy_steps"]) for r in rows] == [2.0, 2.0]
+    assert sum("| yes |" in line for line in compute) == 2  # both rows at equal compute, not flagged
     assert open(files["plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     uri = f"sqlite:///{result['root']}/mlflow.db"
     client = MlflowClient(uri)
@@ -52,6 +57,14 @@ def test_summary_files_and_mlflow_parent_with_a_child_per_run(finished):
     artifacts = {f.path for f in client.list_artifacts(parent_id, "ablation")}
     assert artifacts == {"ablation/ablation.csv", "ablation/ablation.md", "ablation/ablation.png"}
     assert "a/heldout_final_mean" in client.get_run(parent_id).data.metrics
+
+
+def test_ablation_without_fixed_optimizer_steps_is_refused(micro, tmp_path):
+    from rla_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="train.optimizer_steps"):
+        ablation(None, micro + [f"run.output_dir={tmp_path}"], seeds=1, rows="ad", name="abl")
+    assert not (tmp_path / "abl").exists()
 
 
 def test_rerun_skips_completed_rows(finished):

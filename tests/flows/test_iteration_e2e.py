@@ -16,7 +16,7 @@ from flows.rl_iteration import rl_iteration
 from flows.train import evaluate_run, train
 from rla_core.config import DeepSpeedConfig
 from rla_core.models.factory import load_pretrained
-from rla_core.schemas import TrainingSample
+from rla_core.schemas import Task, TrainingSample, Trajectory
 from tasks.gates import GateFailed
 from tasks.iteration import adapt, data, judge, rollout, select
 from tasks.paths import RunPaths, run_config
@@ -234,6 +234,24 @@ def test_corrupted_batch_is_stopped_before_any_model_update(trained_run):
     assert trained_run.model_dir(k + 1, "policy") == trained_run.stage(k - 1, "train_policy") / "model"
     assert json.loads((trained_run.stage(k, "validate") / "report.json").read_text())["policy_batch"]["success"] is False
     assert "gates/policy_batch_failed" in read_metrics(trained_run.root)
+
+
+def test_reserved_content_is_stopped_before_any_model_update(trained_run):
+    """A rolled-out task whose content is a held-out task's (under a training id) fails the gate by hash."""
+    run_dir, k = str(trained_run.root), 3
+    for stage in (select, rollout, judge, adapt, data):
+        stage.run_here(run_dir, k)
+    heldout = read_records(trained_run.heldout, Task)[0]
+    rolled = {t.task_id for t in read_records(trained_run.it(k).trajectories, Trajectory)}
+    tasks = read_records(trained_run.it(k).tasks, Task)
+    index = next(i for i, t in enumerate(tasks) if t.task_id in rolled)
+    tasks[index] = tasks[index].model_copy(update={"spec": heldout.spec})  # same id, held-out content
+    write_records(trained_run.it(k).tasks, tasks)
+    with pytest.raises(GateFailed, match="reserved_content"):
+        rl_iteration(run_dir, k)
+    assert not (trained_run.stage(k, "train_policy")).exists()
+    report = json.loads((trained_run.stage(k, "validate") / "report.json").read_text())["reserved_content"]
+    assert report["success"] is False and report["rows"] > 0
 
 
 def _free_port() -> int:

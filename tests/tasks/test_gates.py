@@ -140,3 +140,29 @@ def test_task_store_gate():
         json.dumps(result.to_dict(), allow_nan=False)
     assert not check_task_store([], HELDOUT).success
     assert check_task_store(good, []).success  # no held-out set: the check passes vacuously
+
+
+def test_reserved_content_gate_checks_content_not_ids():
+    """A training task that plays a held-out game under a training id fails; so does a sample whose task
+    was never rolled out (no content hash); the same rows without them pass."""
+    import random
+
+    from rla_core.envs.base import get_environment
+    from rla_core.bootstrap import generate_tasks
+    from tasks.gates import check_reserved_content
+
+    family = get_environment("household")
+    heldout, train = (generate_tasks(family, {}, 3, random.Random(seed), name, set(), 12)
+                      for seed, name in ((0, "heldout"), (1, "slot")))
+    reserved = {family.content_hash(t.spec) for t in heldout}
+    rows = [("rollout", t.task_id, family.content_hash(t.spec)) for t in train]
+    clean = check_reserved_content(rows, reserved)
+    assert clean.success and clean.rows == 3
+    planted = rows + [("policy_sample", "slot0001-v2-0badcafe", family.content_hash(heldout[1].spec)),
+                      ("judge_sample", "never-rolled-out", None)]
+    result = check_reserved_content(planted, reserved)
+    assert not result.success
+    assert _failed(result) == {("expect_column_values_to_not_be_in_set", "content_hash"),
+                               ("expect_column_values_to_not_be_null", "content_hash")}
+    with pytest.raises(GateFailed, match="reserved_content"):
+        raise GateFailed(result)

@@ -39,18 +39,30 @@ def test_from_seed():
         store.slot("nope")
 
 
-def test_select_samples_k_slots_plus_previous_pending():
+def test_select_k_in_total_previous_pending_included():
     store = TaskStore.from_seed(seed_tasks(6)).set_pending("s5", candidate("s5", created=2))
     first = store.select(3, random.Random(7), iteration=3)
     again = store.select(3, random.Random(7), iteration=3)
     assert [t.task_id for t in first] == [t.task_id for t in again]  # deterministic given the rng
-    assert len(first) == 4 and first[-1].task_id == "s5-v1-abc"
-    assert len({t.slot_id for t in first[:3]}) == 3 and all(t.version == 0 for t in first[:3])
+    assert len(first) == 3 and first[-1].task_id == "s5-v1-abc"  # one budget: 2 active slots + the candidate
+    assert len({t.slot_id for t in first[:2]}) == 2 and all(t.version == 0 for t in first[:2])
     assert len(store.select(99, random.Random(0))) == 7  # k ≥ len: every slot, plus the candidate
-    assert [t.task_id for t in store.select(0, random.Random(0), iteration=5)] == []  # stale candidate
-    assert [t.task_id for t in store.select(0, random.Random(0))] == ["s5-v1-abc"]
+    assert [t.task_id for t in store.select(1, random.Random(0), iteration=5)][-1] != "s5-v1-abc"  # stale
+    assert [t.task_id for t in store.select(1, random.Random(0))] == ["s5-v1-abc"]
+    assert store.select(0, random.Random(0)) == []  # the budget caps the candidates too
     with pytest.raises(ValueError):
         store.select(-1, random.Random(0))
+
+
+def test_select_rolls_out_k_whatever_the_candidates():
+    """Equal compute between ablation rows: a store with candidates rolls out as many tasks as one without."""
+    plain = TaskStore.from_seed(seed_tasks(8))
+    adapted = plain.set_pending("s1", candidate("s1", created=2)).set_pending("s4", candidate("s4", created=2))
+    for k in (0, 1, 2, 3, 5, 8):
+        assert len(adapted.select(k, random.Random(k), iteration=3)) == len(plain.select(k, random.Random(k))) == k
+    on_top = adapted.select(3, random.Random(0), iteration=3, within_k=False)  # the paper's (and old runs')
+    assert len(on_top) == 5 and [t.task_id for t in on_top[3:]] == ["s1-v1-abc", "s4-v1-abc"]
+    assert on_top[:3] == plain.select(3, random.Random(0))
 
 
 def test_set_pending_returns_new_store_and_validates():
