@@ -15,28 +15,42 @@ under `rla-records/iter_<k>.json`, beside DVC's content-addressed objects:
 remote. `rla reproduce` restores iteration k's inputs into a scratch folder, re-runs its stages there
 (in-process, without Prefect) and compares every output file and metric with the record; on CPU they are
 identical. Nothing here needs the original run folder or git: a fresh clone and the remote suffice.
+
+Where they differ, the report says how much (relative differences, rla_core/diffs.py): per metric, recorded
+and reproduced value; per checkpoint, each tensor's largest element difference, against the recorded file
+pulled alone from the remote (or read from the run folder while it still has the recorded bytes); per
+JSON/JSONL file, the lines that differ and the largest difference of their numeric fields; and one summary
+line. Everything `reproduce` returns is written to `<scratch>/reproduce.json`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
+from dvc.exceptions import DvcException
+from safetensors import SafetensorError
+
 from rla_core.config import Config, config_to_yaml, load_run_config
+from rla_core.diffs import largest, metric_differences, record_differences, safetensors_differences
 from rla_core.errors import BadValue, MissingFile
 from rla_core.fileio import atomic_write_text
 from tasks.object_store import dvc_remote_options
 from tasks.paths import ROLES, RunPaths
 from tasks.stage import stage
-from tasks.storage import DONE_MARKER, done_summary, is_done
+from tasks.storage import DONE_MARKER, done_summary, is_done, json_safe, write_json
 from tasks.versioning import DVC_SUFFIX, _open, data_version, default_remote, init_run_repo, track
 
 RECORDS = "rla-records"
 START = 0  # iteration 0: what the loop starts from
 START_FOLDERS = ("seed", "models/init", "models/bootstrap", "baseline")
 TIMING = ("seconds", "time/", "_per_s", "elapsed")  # metric keys that measure time, not results
+REPORT = "reproduce.json"  # in the scratch folder: what `reproduce` returns, the comparison with the record
 
 
 def _clean_metrics(metrics: dict) -> dict:
@@ -230,7 +244,8 @@ def _scratch_config(record: dict, scratch: Path) -> str:
 
 
 def compare(recorded: dict, got: dict) -> list[tuple[str, str, str]]:
-    """[(folder, what, "recorded → got")] for every file hash or metric that differs."""
+    """[(folder, what, "recorded → got")] for every file hash or metric that differs (a metric NaN in both
+    does not: see rla_core.diffs.metric_differences)."""
     diffs = []
     for folder, want in recorded.items():
         have = got.get(folder, {"files": {}, "metrics": {}})
@@ -238,21 +253,210 @@ def compare(recorded: dict, got: dict) -> list[tuple[str, str, str]]:
             a, b = want["files"].get(rel, "missing"), have["files"].get(rel, "missing")
             if a != b:
                 diffs.append((folder, rel, f"{a[:12]} → {b[:12]}"))
-        for key in sorted(set(want["metrics"]) | set(have["metrics"])):
-            a, b = want["metrics"].get(key), have["metrics"].get(key)
-            if a != b:
-                diffs.append((folder, key, f"{a} → {b}"))
+        for key in metric_differences(want["metrics"], have["metrics"]):
+            diffs.append((folder, key, f"{want['metrics'].get(key)} → {have['metrics'].get(key)}"))
     return diffs
+
+
+# ------------------------------------------------------------------ how much the re-run differs
+def _tracked_by(pointers: dict[str, str], rel: str) -> str | None:
+    """The record's `.dvc` pointer (its path in the run) of the tracked path that is `rel` or holds it."""
+    for pointer in pointers:
+        tracked = pointer.removesuffix(DVC_SUFFIX)
+        if rel == tracked or rel.startswith(f"{tracked}/"):
+            return pointer
+    return None
+
+
+def fetch_recorded(record: dict, rels: list[str], target: Path, remote: str,
+                   options: dict[str, str] | None = None) -> dict[str, Path]:
+    """The recorded bytes of the files `rels` (paths in the run) that the record's pointers track, pulled
+    from the DVC remote into `target` (a DVC project of its own): only those files, not the rest of
+    their tracked folders (DVC pulls a file inside a tracked folder by itself). Returns {rel: path}."""
+    wanted = {rel: pointer for rel in rels if (pointer := _tracked_by(record["pointers"], rel))}
+    if not wanted:
+        return {}
+    init_run_repo(target, remote, options)
+    for pointer in set(wanted.values()):
+        atomic_write_text(target / pointer, record["pointers"][pointer])
+    try:
+        with _open(target.resolve()) as repo:
+            repo.pull(targets=[str(target / rel) for rel in wanted], force=True)
+    except DvcException as error:  # e.g. objects missing from the remote: those files get no magnitude
+        logging.getLogger(__name__).warning("recorded files not pulled from %s: %s", remote, error)
+    return {rel: target / rel for rel in wanted if (target / rel).is_file()}
+
+
+def _recorded_files(record: dict, hashes: dict[str, str], run_dir: Path, target: Path, remote: str,
+                    options: dict[str, str] | None) -> dict[str, Path]:
+    """{rel: a file with the recorded bytes} for the files `hashes` ({path in the run: recorded sha256}):
+    the original run folder's own file where it still has those bytes, else the DVC remote's object.
+    Only a file whose sha256 is the recorded one is taken; files found neither way are left out."""
+    found = {rel: run_dir / rel for rel, sha in hashes.items()
+             if (run_dir / rel).is_file() and _sha256(run_dir / rel) == sha}
+    pulled = fetch_recorded(record, [rel for rel in hashes if rel not in found], target, remote, options)
+    found.update({rel: path for rel, path in pulled.items() if _sha256(path) == hashes[rel]})
+    return found
+
+
+def _records(path: Path) -> list:
+    """The lines of a JSONL file (blank ones skipped), or a JSON file as one line, without timing keys."""
+    text = path.read_text()
+    lines = [text] if path.suffix == ".json" else [line for line in text.splitlines() if line.strip()]
+    return [_untimed(json.loads(line)) for line in lines]
+
+
+def _tensor_detail(recorded: Path, reproduced: Path) -> dict:
+    """A checkpoint's differences: "rel" the largest over its tensors, "where" that tensor, "tensors"
+    {name: relative difference (None: on one side only, or shapes differ)} of those that differ, largest
+    first, and the count of equal ones."""
+    diffs = safetensors_differences(recorded, reproduced)
+    where, rel = largest(diffs)
+    differ = {name: v for name, v in diffs.items() if v != 0.0}
+    ranked = dict(sorted(differ.items(), key=lambda item: -math.inf if item[1] is None else -item[1]))
+    return {"kind": "tensors", "rel": rel, "where": where, "tensors": ranked,
+            "equal_tensors": len(diffs) - len(differ)}
+
+
+def file_detail(recorded: Path | None, reproduced: Path | None) -> dict:
+    """How much one differing output file differs: {"kind": "tensors" | "records" | "bytes", "rel":
+    largest relative difference or None (no magnitude; "note" says why), ...}. `recorded` None: its
+    recorded bytes could not be had; `reproduced` None: the re-run did not write it."""
+    if recorded is None or reproduced is None:
+        note = ("the re-run did not write it" if reproduced is None else "its recorded bytes are neither in "
+                "the DVC remote (only tracked files are) nor in the run folder: only their sha256 is recorded")
+        return {"kind": "bytes", "rel": None, "note": note}
+    try:
+        if reproduced.suffix == ".safetensors":
+            return _tensor_detail(recorded, reproduced)
+        if reproduced.suffix in (".json", ".jsonl"):
+            return {"kind": "records", **record_differences(_records(recorded), _records(reproduced))}
+    except (SafetensorError, ValueError, OSError) as error:
+        return {"kind": "bytes", "rel": None, "note": f"not comparable: {error}"}
+    return {"kind": "bytes", "rel": None, "note": "neither a checkpoint nor a record file"}
+
+
+def _folder_rel(k: int, folder: str) -> str:
+    """Where a recorded stage folder lies in a run: `seed` (iteration 0), `iterations/iter_0002/judge`."""
+    return folder if k == START else f"iterations/iter_{k:04d}/{folder}"
+
+
+def _file_rows(record: dict, got: dict, scratch: Path, run_dir: Path, remote: str,
+               options: dict[str, str] | None) -> list[dict]:
+    """One row per output file whose sha256 differs: folder, file, both hashes and its file_detail."""
+    k, rows = record["iteration"], []
+    for folder, want in record["outputs"].items():
+        have = got.get(folder, {"files": {}})["files"]
+        for rel in sorted(set(want["files"]) | set(have)):
+            a, b = want["files"].get(rel, "missing"), have.get(rel, "missing")
+            if a != b:
+                rows.append({"folder": folder, "file": rel, "path": f"{_folder_rel(k, folder)}/{rel}",
+                             "recorded": a, "reproduced": b})
+    hashes = {row["path"]: row["recorded"] for row in rows if row["recorded"] != "missing"}
+    with tempfile.TemporaryDirectory(dir=scratch, prefix=".recorded-") as fetched:
+        sources = _recorded_files(record, hashes, run_dir, Path(fetched), remote, options)
+        for row in rows:
+            mine = None if row["reproduced"] == "missing" else scratch / row["path"]
+            row.update(file_detail(sources.get(row["path"]), mine) if row["recorded"] != "missing" else
+                       {"kind": "bytes", "rel": None, "note": "new: the record has no such file"})
+    return rows
+
+
+def _metric_rows(recorded: dict, got: dict) -> list[dict]:
+    """One row per differing metric: folder, metric, recorded and reproduced value (None: absent), and
+    their relative difference (None: no magnitude)."""
+    rows = []
+    for folder, want in recorded.items():
+        have = got.get(folder, {"metrics": {}})["metrics"]
+        for key, rel in metric_differences(want["metrics"], have).items():
+            rows.append({"folder": folder, "metric": key, "recorded": want["metrics"].get(key),
+                         "reproduced": have.get(key), "rel": rel})
+    return rows
+
+
+def _summary(metric_rows: list[dict], file_rows: list[dict]) -> dict:
+    """{"identical", "differ", "max_rel" (the largest relative difference, 0.0 when identical, None when
+    no difference has a magnitude), "where" (of it), "unmeasured" (differences without a magnitude),
+    "text" (one line)}."""
+    named = {f"{r['folder']} {r['metric']}": r["rel"] for r in metric_rows}
+    named.update({f"{r['folder']}/{r['file']}" + (f" [{r['where']}]" if r.get("where") else ""): r["rel"]
+                  for r in file_rows})
+    where, rel = largest(named)
+    unmeasured = sum(v is None for v in named.values())
+    if not named:
+        return {"identical": True, "differ": 0, "max_rel": 0.0, "where": None, "unmeasured": 0,
+                "text": "identical"}
+    text = f"{len(named)} differ: " + (f"largest relative difference {rel:.3g} at {where}" if rel is not None
+                                      else "none with a magnitude")
+    text += f"; {unmeasured} without a magnitude" if unmeasured and rel is not None else ""
+    return {"identical": False, "differ": len(named), "max_rel": rel, "where": where, "unmeasured": unmeasured,
+            "text": text}
+
+
+def explain(record: dict, got: dict, scratch: Path, run_dir: Path, remote: str,
+            options: dict[str, str] | None = None) -> dict:
+    """How much the re-run (`got`: folder_outputs per stage folder, its files in `scratch`) differs from
+    the record: {"summary": _summary, "metrics": _metric_rows, "files": _file_rows}."""
+    metric_rows = _metric_rows(record["outputs"], got)
+    file_rows = _file_rows(record, got, scratch, run_dir, remote, options)
+    return {"summary": _summary(metric_rows, file_rows), "metrics": metric_rows, "files": file_rows}
+
+
+def report_lines(report: dict, limit: int = 50, tensors: int = 5) -> list[str]:
+    """The report as text: a line per differing metric and file (at most `limit`), the `tensors` most
+    different tensors under a checkpoint, and the summary line last."""
+    lines = []
+    for row in report["metrics"]:
+        lines.append(f"  {row['folder']:14s} {row['metric']:40s} {row['recorded']} → {row['reproduced']}  "
+                     f"rel {_rel(row['rel'])}")
+    for row in report["files"]:
+        lines.append(f"  {row['folder']:14s} {row['file']:40s} {row['recorded'][:12]} → {row['reproduced'][:12]}  "
+                     f"rel {_rel(row['rel'])}  {_file_note(row)}")
+        lines += [f"      {name:52s} rel {_rel(v)}" for name, v in list(row.get("tensors", {}).items())[:tensors]]
+    shown = lines[:limit] + ([f"  … {len(lines) - limit} more lines in the report file"] if len(lines) > limit
+                             else [])
+    return shown + [f"summary: {report['summary']['text']}"]
+
+
+def _rel(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
+def _file_note(row: dict) -> str:
+    """What a file row adds: the most different tensor or record field, or why it has no magnitude."""
+    if row["kind"] == "tensors":
+        total = len(row["tensors"]) + row["equal_tensors"]
+        return f"(largest: {row['where']}; {len(row['tensors'])} of {total} tensors differ)"
+    if row["kind"] == "records":
+        where = f"; largest at {row['where']}" if row["where"] else ""
+        return f"({row['lines_differ']} of {max(row['lines'])} lines differ{where})"
+    return f"({row['note']})"
+
+
+# ------------------------------------------------------------------ reproduce
+def _rerun(scratch: Path, k: int) -> dict:
+    """Run iteration k's stages (k = 0: the start's) in the scratch folder, in-process; returns
+    folder_outputs per stage folder."""
+    from flows.rl_iteration import ITERATION  # flows import this module's stage: import it late
+    from tasks.evaluation import baseline
+    from tasks.setup import bootstrap, init_models, seed
+
+    paths = RunPaths.of(scratch)
+    if k == START:
+        for run_stage in (seed, init_models, bootstrap, baseline):
+            run_stage.run_here(str(scratch))
+        return {folder: folder_outputs(paths.root / folder) for folder in START_FOLDERS}
+    for step in ITERATION:
+        step.run_here(str(scratch), k)
+    return {step.name: folder_outputs(paths.stage(k, step.name)) for step in ITERATION}
 
 
 def reproduce(run_dir: Path, k: int, remote: str | None = None, into: Path | None = None,
               options: dict[str, str] | None = None) -> dict:
     """Restore iteration k's inputs from the remote into a scratch folder, re-run it, compare with the
-    record. Returns {"scratch", "record", "diffs", "files", "metrics", "seconds"}."""
-    from flows.rl_iteration import ITERATION  # flows import this module's stage: import it late
-    from tasks.evaluation import baseline
-    from tasks.setup import bootstrap, init_models, seed
-
+    record, and write the result to `<scratch>/reproduce.json`. Returns {"scratch", "record", "diffs",
+    "files", "metrics", "report" (see explain), "report_file", "restore_seconds", "compare_seconds",
+    "seconds"}."""
     remote = remote or default_remote(run_dir)
     record = read_record(remote, k, options)
     scratch = into or run_dir.parent / f"{run_dir.name}.reproduce-iter_{k:04d}"
@@ -264,18 +468,14 @@ def reproduce(run_dir: Path, k: int, remote: str | None = None, into: Path | Non
     restore_from_record(record, scratch, remote, options, inputs_only=True)
     init_run_repo(scratch, str(scratch / ".dvc-remote"))  # writes of the re-run stay in the scratch folder
     restored_s = time.perf_counter() - start
-    paths = RunPaths.of(scratch)
-    if k == START:
-        for run_stage in (seed, init_models, bootstrap, baseline):
-            run_stage.run_here(str(scratch))
-        got = {folder: folder_outputs(paths.root / folder) for folder in START_FOLDERS}
-    else:
-        for step in ITERATION:
-            step.run_here(str(scratch), k)
-        got = {step.name: folder_outputs(paths.stage(k, step.name)) for step in ITERATION}
+    got = _rerun(scratch, k)
+    compared = time.perf_counter()
     recorded = record["outputs"]
-    diffs = compare(recorded, got)
-    return {"scratch": str(scratch), "record": record_name(k), "diffs": diffs,
-            "files": sum(len(v["files"]) for v in recorded.values()),
-            "metrics": sum(len(v["metrics"]) for v in recorded.values()),
-            "restore_seconds": restored_s, "seconds": time.perf_counter() - start}
+    result = {"scratch": str(scratch), "record": record_name(k), "diffs": compare(recorded, got),
+              "files": sum(len(v["files"]) for v in recorded.values()),
+              "metrics": sum(len(v["metrics"]) for v in recorded.values()),
+              "report": explain(record, got, scratch, Path(run_dir).resolve(), remote, options),
+              "report_file": str(scratch / REPORT), "restore_seconds": restored_s,
+              "compare_seconds": time.perf_counter() - compared, "seconds": time.perf_counter() - start}
+    write_json(scratch / REPORT, json_safe(result))
+    return result
