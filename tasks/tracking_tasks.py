@@ -7,9 +7,10 @@ from types import TracebackType
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from rla_core.numerics import numerics_tags
 from tasks.object_store import configure_mlflow_s3, open_run_store
 from tasks.paths import ROLES, run_config
-from tasks.tracking import RUN_ID_FILE, Tracker, heldout_tags, model_name
+from tasks.tracking import RUN_ID_FILE, Tracker, best_tags, heldout_tags, model_name
 
 TRACK = dict(cache_policy=NO_CACHE, persist_result=False)
 
@@ -75,6 +76,7 @@ def open_training_run(run_dir: str) -> str:
     tracker = tracker_for(run_dir)
     tracker.start()
     tracker.log_config(run_config(run_dir))
+    tracker.set_tags(numerics_tags())  # the CPU and float path its numbers are bit-identical on
     open_run_store(run_dir).push_file(tracker.run_dir / RUN_ID_FILE)  # another machine re-attaches to it
     return tracker.run_id
 
@@ -86,7 +88,7 @@ def close_training_run(run_dir: str, status: str = "FINISHED") -> None:
 
 @task(name="log-baseline", **TRACK)
 def log_baseline(run_dir: str, metrics: dict) -> None:
-    """The warm-start's held-out metrics on the training run, at step 0 (before iteration 1)."""
+    """The warm-start's held-out and dev metrics on the training run, at step 0 (before iteration 1)."""
     tracker_for(run_dir).log_metrics(metrics, step=0)
 
 
@@ -99,19 +101,19 @@ def log_evaluation(run_dir: str, iteration: int, metrics: dict) -> dict[str, str
     (`eval/heldout/success_rate`, `eval/bench/balanced_acc`, ...) at step = iteration: on the iteration's
     nested run and the training run (for iteration 0, the warm-start, on the training run only). Logged
     once: a repeated `rla eval` that returns the stored evaluation adds no second point. The versions
-    registered at that iteration get the metrics as tags (`heldout.success_rate`, ...; identical to the
-    in-loop ones when the iteration was evaluated there) and their model's `best` alias is recomputed.
-    Returns {role: version tagged}."""
+    registered at that iteration (0: the warm-start's) get the metrics as tags (`dev.success_rate`,
+    `heldout.success_rate`, ...; identical to the in-loop ones when the iteration was evaluated there) and
+    their model's `best` alias is recomputed (from the dev tags). Returns {role: version tagged}."""
     tracker = tracker_for(run_dir)
     target = iteration or None
     prefixed = {f"{EVAL_PREFIX}{key}": value for key, value in metrics.items() if isinstance(value, (int, float))}
     if not tracker.has_metrics(list(prefixed), step=iteration, iteration=target):
         tracker.log_metrics(prefixed, step=iteration, iteration=target)
     tagged = {}
-    for role in ROLES if iteration else ():
+    for role in ROLES:
         found = tracker.find_version(model_name(role), iteration)
         if found is not None:
             tracker.set_version_tags(found["name"], found["version"], heldout_tags(metrics))
-            tracker.update_aliases(found["name"])
+            tracker.update_aliases(found["name"], best_tags(role))
             tagged[role] = found["version"]
     return tagged
