@@ -3,11 +3,13 @@ and worker for a Prefect server with work pools (prefect.yaml, infra/README.md).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 from pathlib import Path
-from rla_core.errors import BadValue
+from flows.sandbox_cmd import EXIT_CODES as SANDBOX_EXIT_CODES
+from rla_core.errors import BadValue, MissingFile
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
 FLOW_COMMANDS = ("quickstart", "run", "seed", "bootstrap", "eval", "ablation", "data", "reproduce", "bench")
@@ -55,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     with_config("seed", "seed tasks, held-out tasks, tokenizer and tiny models (DVC stage)")
     with_config("bootstrap", "supervised warm-start of policy and judge + baseline evaluation (DVC stage)")
     evaluate = with_config("eval", "evaluate a run's latest (or given) policy and judge on held-out tasks")
+    evaluate.add_argument("--run", default=None, metavar="DIR", help="run folder to evaluate, with its own "
+                          "config (DIR/config.yaml); instead of --config")
     evaluate.add_argument("--iteration", type=int, default=None, help="default: the latest completed")
     evaluate.add_argument("--games", default=None, metavar="DIR",
                           help="TextWorld runs: play every game file (*.z8) under DIR instead of the held-out "
@@ -68,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     abl.add_argument("--name", default="ablation", help="folder under run.output_dir (default ablation)")
     for name, text in (("restore", "check out one iteration's files (inputs and outputs) from the DVC remote"),
                        ("reproduce", "re-run one iteration from its inputs in the DVC remote in a scratch folder "
-                                     "and compare every output file and metric with what was recorded")):
+                                     "and compare every output file and metric with what was recorded: how much "
+                                     "each differing one differs (relative), in <scratch>/reproduce.json")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--run", required=True, help="run folder (it need not exist: its DVC remote is enough)")
         cmd.add_argument("--iteration", type=int, required=True, help="0 = the start (seed, warm-start, baseline)")
@@ -76,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--into", default=None, help="target folder (restore: the run folder; reproduce: "
                                                       "<run>.reproduce-iter_K beside it)")
     data = sub.add_parser("data", help="build the fixed held-out/dev task files and judge benchmarks (data/)")
-    data.add_argument("action", choices=["build"])
+    data.add_argument("action", choices=["build"], help="build: write the task files, the warm-start run's judge "
+                      "benchmarks and a manifest")
     data.add_argument("--config", action="append", default=None, help="YAML override file (default: quickstart)")
     data.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=SET_HELP)
     data.add_argument("--out", default=None, help="output folder (default: data/<environment name>)")
@@ -84,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
                                "differs) and description; defaults alone without --config"))
     ui = sub.add_parser("ui", help="start the MLflow UI for a run on 127.0.0.1")
     ui.add_argument("--run", default="runs/quickstart", help="run folder (holds mlflow.db)")
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default 5000)")
     deploy = sub.add_parser("deploy", help="create the rla-cpu/rla-gpu work pools if missing, then deploy prefect.yaml")
     deploy.add_argument("--gpu-pool-type", default="docker", choices=["docker", "kubernetes", "process"],
                         help="type of rla-gpu when it is created (process: a stand-in on one machine)")
@@ -98,9 +104,10 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--name", default=None, help="worker name")
     sandbox = sub.add_parser("sandbox", help="run a program in the program sandbox of the coding setting")
     sandbox_run = sandbox.add_subparsers(dest="sandbox_command", required=True).add_parser(
-        "run", help="run PROGRAM on one input; print the verdict as one JSON line")
+        "run", help="run PROGRAM on one input; print the verdict as one JSON line", epilog=SANDBOX_EXIT_CODES,
+        description="Run PROGRAM on one input in the sandbox; print the verdict as one JSON line.")
     sandbox_run.add_argument("program", help="Python program file")
-    sandbox_run.add_argument("--stdin", required=True, help="file fed to the program's stdin")
+    sandbox_run.add_argument("--stdin", default=None, help="file fed to the program's stdin (default: empty input)")
     sandbox_run.add_argument("--expect", default=None, help="expected stdout (default: ok when it exits 0)")
     sandbox_run.add_argument("--timeout", type=float, default=None, help="wall and CPU seconds (default 2)")
     _bench_parser(sub)
@@ -174,6 +181,33 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_sources(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """Config files and overrides of `rla eval`: --config FILE as for `rla run`, or --run DIR: the run's own
+    config.yaml, pointed at DIR wherever the folder is now (run.output_dir and run.name from its path)."""
+    if args.run is None:
+        if not args.config:
+            raise BadValue("rla eval needs --config FILE (the run's config) or --run DIR (its folder)")
+        return args.config, args.overrides
+    if args.config:
+        raise BadValue("rla eval takes --run DIR or --config FILE, not both")
+    root = Path(args.run).resolve()
+    if not (root / "config.yaml").exists():
+        raise MissingFile(f"no run at {args.run} (no config.yaml there); give a run folder `rla run` wrote")
+    where = [f"run.output_dir={json.dumps(str(root.parent))}", f"run.name={json.dumps(root.name)}"]
+    return [str(root / "config.yaml")], [*args.overrides, *where]
+
+
+def _eval(args: argparse.Namespace) -> int:
+    """`rla eval`: held-out tasks (or --games) with the run's latest (or --iteration's) policy and judge."""
+    from flows import commands
+
+    configs, overrides = _eval_sources(args)
+    if args.games is not None:
+        return commands.evaluate_games(configs, overrides, args.iteration, args.games, args.episodes,
+                                       args.temperature, args.out)
+    return commands.evaluate(configs, overrides, args.iteration, args.out)
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     from flows import commands, config_cmd  # imported after the environment is set
 
@@ -197,6 +231,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return config_cmd.show_config(args.config or [], args.overrides)
     if args.command == "data":
         return commands.build_data(args.config or [str(QUICKSTART)], args.overrides, args.out)
+    if args.command == "eval":
+        return _eval(args)
     configs = args.config or ([str(QUICKSTART)] if args.command in ("quickstart", "ablation") else [])
     if not configs:
         raise BadValue(f"rla {args.command} needs --config FILE")
@@ -206,11 +242,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.prepare(configs, args.overrides, args.out)
     if args.command == "ablation":
         return commands.run_ablation(configs, args.overrides, args.seeds, args.rows, args.name, args.out)
-    if args.command == "eval":
-        if args.games is not None:
-            return commands.evaluate_games(configs, args.overrides, args.iteration, args.games, args.episodes,
-                                           args.temperature, args.out)
-        return commands.evaluate(configs, args.overrides, args.iteration, args.out)
     return commands.run(configs, args.overrides, args.out)
 
 

@@ -25,6 +25,8 @@ ROWS = [
     ("judge benchmark p-", "bench/p_neg"),
     ("judge benchmark bal. acc", "bench/balanced_acc"),
     ("judge on episodes mu", "heldout/judge_mu"),
+    ("dev success (sampled)", "dev/success_rate"),  # what `best` is chosen by
+    ("judge dev bench bal. acc", "dev/bench_balanced_acc"),
 ]
 
 ROWS_CODING = [
@@ -36,6 +38,8 @@ ROWS_CODING = [
     ("judge bench detect rate", "bench/detect_rate"),
     ("judge on programs UT acc", "heldout/judge_ut_accuracy"),
     ("judge on programs detect", "heldout/judge_detect_rate"),
+    ("dev pass@1 (sampled)", "dev/pass_at_1"),  # what `best` is chosen by
+    ("judge dev bench UT acc", "dev/bench_ut_accuracy"),
 ]
 
 
@@ -47,9 +51,16 @@ def _fmt(value: float | None) -> str:
     return "   n/a" if value is None else f"{value:6.3f}"
 
 
+def metric_rows(rows: list[tuple[str, str]], before: dict, after: dict) -> list[str]:
+    """One line per (label, metric key) of `rows` with its before and after values; a metric neither side
+    has (e.g. greedy without eval.greedy_at_end, dev without eval.dev_file) is left out, not shown n/a n/a."""
+    return [f"{label:28s} {_fmt(before.get(key)):>8s} {_fmt(after.get(key)):>8s}" for label, key in rows
+            if before.get(key) is not None or after.get(key) is not None]
+
+
 def summary_table(run_dir: str) -> str:
-    """Before (warm-start) vs after (last evaluated iteration) on the held-out tasks, plus the per-
-    iteration train success rate and task-store counts."""
+    """Before (warm-start) vs after (last evaluated iteration) on the held-out tasks (and the dev split),
+    plus the per-iteration train success rate and task-store counts."""
     from flows.rl_iteration import ITERATION  # the stages, for their timers (imports Prefect: not at --help)
 
     paths = RunPaths.of(run_dir)
@@ -59,7 +70,7 @@ def summary_table(run_dir: str) -> str:
     lines = [f"{'metric':28s} {'before':>8s} {'after':>8s}",
              f"{'episodes':28s} {before.get('heldout/episodes', 0):8.0f} {after.get('heldout/episodes', 0):8.0f}"]
     rows = ROWS_CODING if run_config(run_dir).environment.name == "coding" else ROWS
-    lines += [f"{label:28s} {_fmt(before.get(key)):>8s} {_fmt(after.get(key)):>8s}" for label, key in rows]
+    lines += metric_rows(rows, before, after)
     lines.append("")
     lines.append(f"{'iteration':>9s} {'train succ':>10s} {'policy n':>8s} {'judge n':>8s} {'accepted':>8s} "
                  f"{'proposed':>8s} {'seconds':>8s}")
@@ -197,7 +208,8 @@ def build_data(configs: list[str], overrides: list[str], out: str | None) -> int
     bind_environment(cfg, Path(cfg.run.output_dir) / f"{cfg.run.name}-data-build", use_archive=False)
     tasks = datasets.build_task_files(cfg, folder)
     print(f"task files: {', '.join(str(p) for p in tasks.values())}")
-    build = [f"run.name={cfg.run.name}-data-build", "eval.judge_benchmark=null",
+    build = [f"run.name={cfg.run.name}-data-build", "eval.judge_benchmark=null", "eval.dev_file=null",
+             "eval.dev_judge_benchmark=null",  # the files this builds: the build run scores held-out only
              f"environment.heldout_file={tasks['heldout']}", f"environment.reserved_files=[{tasks['dev']}]"]
     run_dir = prepare_flow(configs, overrides + build)["run_dir"]
     splits = {split: tasks[split] for split in datasets.BENCHMARK_FILES}
@@ -274,9 +286,12 @@ def restore(run_dir: str, iteration: int, remote: str | None, into: str | None) 
 
 
 def reproduce(run_dir: str, iteration: int, remote: str | None, into: str | None) -> int:
-    """Re-run iteration K from its inputs in the DVC remote and compare every output with the record."""
+    """Re-run iteration K from its inputs in the DVC remote and compare every output with the record: per
+    differing metric and file, how much it differs (relative), a summary line, the report in
+    <scratch>/reproduce.json."""
     from pathlib import Path
 
+    from tasks.reproduce import report_lines
     from tasks.reproduce import reproduce as redo
 
     result = redo(Path(run_dir), iteration, remote, Path(into) if into else None)
@@ -285,6 +300,7 @@ def reproduce(run_dir: str, iteration: int, remote: str | None, into: str | None
           f"(inputs restored from the remote in {result['restore_seconds']:.1f} s)")
     print(f"compared {result['files']} output files and {result['metrics']} metrics with {result['record']}: "
           + ("all identical" if not diffs else f"{len(diffs)} differ"))
-    for folder, what, change in diffs[:50]:
-        print(f"  {folder:14s} {what:40s} {change}")
+    for line in report_lines(result["report"]):
+        print(line)
+    print(f"report: {result['report_file']}")
     return 0 if not diffs else 1

@@ -1,4 +1,5 @@
-"""The training flow: prepare the run (seed, models, warm-start, baseline eval), then iterations.
+"""The training flow: prepare the run (seed, models, warm-start, baseline eval, the warm-start registered as
+iteration 0), then iterations.
 
 Re-running the same run continues after the last completed iteration (and inside an interrupted one,
 after its last completed stage). Raising run.iterations extends a finished run.
@@ -12,6 +13,7 @@ from prefect import flow
 from flows.rl_iteration import rl_iteration
 from rla_core.config import Config, ConfigError, config_to_yaml, load_config, load_run_config, run_mismatch
 from rla_core.errors import BadValue
+from tasks.commit import register_start
 from tasks.object_store import open_store
 from tasks.paths import RunPaths
 from tasks.reproduce import version_start
@@ -69,6 +71,7 @@ def _prepare(cfg: Config) -> tuple[str, dict]:
     metrics = baseline(run_dir)["metrics"]
     version_start(run_dir)  # iteration 0 under DVC, its record in the remote
     log_baseline(run_dir, metrics)
+    register_start(run_dir)  # the warm-start as version 0 of each model: `best` until beaten on dev
     return run_dir, metrics
 
 
@@ -83,7 +86,8 @@ def seed_run(config_files: list[str] | None = None, overrides: list[str] | None 
 
 @flow(name="rla-prepare", log_prints=True)
 def prepare(config_files: list[str] | None = None, overrides: list[str] | None = None) -> dict:
-    """Seed (skipped when done) → supervised warm-start → baseline held-out evaluation."""
+    """Seed (skipped when done) → supervised warm-start → baseline held-out and dev evaluation → the
+    warm-start registered as iteration 0."""
     cfg = load_config(config_files, overrides)
     with hold(run_folder(cfg)):
         run_dir, baseline = _prepare(cfg)

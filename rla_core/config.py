@@ -1,9 +1,11 @@
 """Typed run configuration: one default per field, YAML overrides, `--set a.b=v` overrides.
 
-Unknown keys and bad values fail at load with a message that names the key.
+Unknown keys and bad values fail at load with a message that names the key (an unknown one with the
+nearest valid keys, and the YAML file it is in).
 """
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -226,7 +228,8 @@ class CodingConfig(_Section):
                                 "procedural warm-start demonstrations")
     demo_tests: int = Field(2, gt=0, description="demonstration unit tests per warm-start problem (judge)")
     benchmark_problems: int = Field(40, ge=0, description="held-out problems of the fixed judge benchmark "
-                                    "(reference program + mutants per problem); 0 = none")
+                                    "(reference program + mutants per problem), and as many dev problems of its "
+                                    "dev counterpart when eval.dev_file is set; 0 = none")
 
 
 class TextWorldConfig(_Section):
@@ -280,6 +283,19 @@ class EvalConfig(_Section):
         None, description="JSONL of fixed oracle-labelled steps (e.g. data/household/judge_benchmark.jsonl) "
         "scored at every evaluation; None = no benchmark")
     benchmark_m: int = Field(2, gt=0, description="judge samples per benchmark step")
+    # Model selection reads the dev split only: held-out scores are reported, never used to choose.
+    dev_file: str | None = Field(
+        None, description="task file of the dev split (e.g. data/household/dev.jsonl; coding: a problem file), "
+        "played at every evaluation (dev/*; its games are never trained on); the registry's `best` alias ranks "
+        "versions by it. None = no dev evaluation and no `best` alias (never a held-out fallback)")
+    dev_episodes_per_task: int = Field(1, gt=0, description="episodes (coding: programs) per dev task, at "
+                                       "eval.temperature")
+    dev_judge_benchmark: str | None = Field(
+        None, description="household/TextWorld: JSONL of oracle-labelled steps of the dev split (e.g. "
+        "data/household/judge_benchmark_dev.jsonl), scored at every evaluation (dev/bench_*); the judge's `best` "
+        "ranks by its balanced accuracy. Coding builds its dev benchmark from eval.dev_file at seed time. "
+        "None = none")
+    dev_benchmark_m: int = Field(1, gt=0, description="judge samples per dev benchmark step")
 
 
 class TrackingConfig(_Section):
@@ -423,10 +439,74 @@ def _explain(err: ValidationError) -> str:
     first = err.errors()[0]
     key = ".".join(str(p) for p in first["loc"]) or "<root>"
     if first["type"] == "extra_forbidden":
-        return f"unknown config key '{key}'"
+        return unknown_key_message(key)
     if first["type"] == "value_error":  # a check across keys (e.g. the alpha band): its message says it all
         return f"config key '{key}': {first['msg'].removeprefix('Value error, ')}"
     return f"config key '{key}': {first['msg']} (got {_shown(first.get('input'))})"
+
+
+def _section_of(annotation: Any) -> type[BaseModel] | None:
+    """The section class a config field holds, or None for a value field."""
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _section_at(dotted: str) -> type[BaseModel] | None:
+    """The section class at a dotted path ('' = the whole config), or None when the path names no section."""
+    model: type[BaseModel] | None = Config
+    for part in filter(None, dotted.split(".")):
+        field = model.model_fields.get(part) if model is not None else None
+        model = _section_of(field.annotation) if field is not None else None
+    return model
+
+
+def config_key_names(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
+    """Every valid dotted key of the config (sections and values), in config order."""
+    keys: list[str] = []
+    for name, field in (model or Config).model_fields.items():
+        keys.append(prefix + name)
+        if (section := _section_of(field.annotation)) is not None:
+            keys += config_key_names(section, f"{prefix}{name}.")
+    return keys
+
+
+def _near_name(name: str, names: list[str]) -> str | None:
+    """The name in `names` closest to `name` (difflib, a little stricter than its 0.6: colour is not rollout),
+    else the first that begins with it (3+ characters); None if none."""
+    near = difflib.get_close_matches(name, names, n=1, cutoff=0.65)
+    return near[0] if near else next((n for n in names if len(name) >= 3 and n.startswith(name)), None)
+
+
+def close_keys(key: str) -> list[str]:
+    """Valid dotted keys near an unknown one: a key of the same section with a similar name
+    (`rollout.nn` -> rollout.n), else the value keys of any section whose last part is similar
+    (`rollout.lr` -> train.lr, bootstrap.lr); at most 3."""
+    parent, _, leaf = key.rpartition(".")
+    section = _section_at(parent)
+    if section is not None and (near := _near_name(leaf, list(section.model_fields))):
+        return [f"{parent}.{near}" if parent else near]
+    values = [k for k in config_key_names() if _section_at(k) is None]
+    near = _near_name(leaf, list(dict.fromkeys(k.rsplit(".", 1)[-1] for k in values)))
+    return [k for k in values if k.rsplit(".", 1)[-1] == near][:3]
+
+
+def unknown_key_message(key: str) -> str:
+    """`unknown config key 'KEY'` with the nearest valid keys (or where to find them)."""
+    near = close_keys(key)
+    hint = f"did you mean {' or '.join(repr(k) for k in near)}?" if near else "`rla config` lists the keys"
+    return f"unknown config key '{key}'; {hint}"
+
+
+def _unknown_key(data: dict[Any, Any], model: type[BaseModel], prefix: str = "") -> str | None:
+    """The first dotted key of a YAML tree that `model` has no field for (its sections walked), or None."""
+    for key, value in data.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            return f"{prefix}{key}"
+        section = _section_of(field.annotation)
+        if section is not None and isinstance(value, dict):
+            if (found := _unknown_key(value, section, f"{prefix}{key}.")) is not None:
+                return found
+    return None
 
 
 def _read_yaml_file(path: Path) -> dict[str, Any]:
@@ -452,7 +532,10 @@ def load_config(paths: list[str | Path] | None = None, overrides: list[str] | No
     """Defaults, then each YAML file in order, then `--set` overrides."""
     tree: dict[str, Any] = {}
     for path in paths or []:
-        tree = _merge(tree, _read_yaml_file(Path(path)))
+        data = _read_yaml_file(Path(path))
+        if (unknown := _unknown_key(data, Config)) is not None:  # named with its file, before the merge
+            raise ConfigError(f"{path}: {unknown_key_message(unknown)}")
+        tree = _merge(tree, data)
     return _config_from_tree(tree, overrides)
 
 

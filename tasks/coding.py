@@ -2,14 +2,15 @@
 folders, flows, tracking, versioning and gates as the household game, with programs, unit tests and the
 sandbox in place of episodes and step verdicts.
 
-  seed       train slots + held-out problems (disjoint pipelines) + the fixed judge benchmark
+  seed       train slots + held-out (and dev) problems (disjoint pipelines) + the fixed judge benchmark
+             (and its dev counterpart, from the dev problems)
   init       tokenizer on coding text; tiny policy/judge/environment models
   bootstrap  policy SFT on reference programs, judge SFT on correct unit tests
   rollout    N programs per problem, run on the GT tests        -> trajectories.jsonl, programs.jsonl
   judge      U unit tests per problem (statement only), run on every program      -> unit_tests.jsonl
   adapt      acceptance / proposals from the test critic (which GT tests failed, how)
   data       policy samples (z-scored pass ratio, in-band problems) + judge samples (separation reward)
-  evaluate   held-out pass@1; the judge's UT accuracy and detect rate on the benchmark
+  evaluate   held-out and dev pass@1; the judge's UT accuracy and detect rate on the benchmark and the dev one
 """
 from __future__ import annotations
 
@@ -73,22 +74,30 @@ def heldout_problems(cfg: Config) -> list[Task]:
 
 
 def seed(paths: RunPaths, cfg: Config) -> dict:
-    """Train slots and held-out problems with disjoint pipelines; the benchmark's program pools run once."""
-    heldout = heldout_problems(cfg)
-    reserved = {CODING.content_hash(t.spec) for t in heldout}
-    for path in cfg.environment.reserved_files:
-        from rla_core.coding.loaders import load_problem_file
+    """Train slots and held-out problems with disjoint pipelines (the dev split's, eval.dev_file, reserved
+    too); the program pools of the judge benchmark and of its dev counterpart run once."""
+    from rla_core.coding.loaders import load_problem_file
 
+    heldout = heldout_problems(cfg)
+    dev = load_problem_file(cfg.eval.dev_file) if cfg.eval.dev_file else []
+    reserved = {CODING.content_hash(t.spec) for t in heldout + dev}
+    for path in cfg.environment.reserved_files:
         reserved |= {CODING.content_hash(t.spec) for t in load_problem_file(path)}
     train = generate_mixed(CODING, _knobs(cfg), _ops_mix(cfg), cfg.environment.train_slots,
                            random.Random(f"{cfg.run.seed}/train"), "slot", reserved)
     TaskStore.from_seed(train).save(paths.seed_store)
     write_records(paths.heldout, heldout)
     write_json(paths.reserved, sorted(reserved))
-    bench = build_benchmark(cfg, [t for t in heldout if t.spec.get("ops")][: cfg.coding.benchmark_problems])
-    write_records(paths.coding_benchmark, bench)
-    return {"train": len(train), "heldout": len(heldout), "reserved": len(reserved), "benchmark": len(bench),
-            "benchmark_programs": sum(len(b.programs) for b in bench)}
+    summary = {"train": len(train), "heldout": len(heldout), "reserved": len(reserved)}
+    benchmarks = [("benchmark", heldout, paths.coding_benchmark)]
+    if cfg.eval.dev_file:
+        write_records(paths.dev, dev)
+        benchmarks.append(("dev_benchmark", dev, paths.coding_benchmark_dev))
+    for split, tasks, path in benchmarks:
+        bench = build_benchmark(cfg, [t for t in tasks if t.spec.get("ops")][: cfg.coding.benchmark_problems])
+        write_records(path, bench)
+        summary.update({split: len(bench), f"{split}_programs": sum(len(b.programs) for b in bench)})
+    return summary
 
 
 def build_benchmark(cfg: Config, tasks: list[Task]) -> list[BenchmarkProblem]:
@@ -261,20 +270,46 @@ def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: P
         tests = tests_for(paths, cfg, tasks, trajectories, judge_dir, seed_value, "held-out judge")
         metrics.update({f"heldout/judge_{n}": v for n, v in coding_rewards.judge_metrics(runs, tests).items()})
     if paths.coding_benchmark.is_file():
-        metrics.update({f"bench/{n}": v for n, v in score_benchmark(paths, cfg, judge_dir, out, seed_value).items()})
+        scores = score_benchmark(paths, cfg, judge_dir, paths.coding_benchmark, out / "benchmark_tests.jsonl",
+                                 seed_value)
+        metrics.update({f"bench/{n}": v for n, v in scores.items()})
+    metrics.update(evaluate_dev(paths, cfg, policy_dir, judge_dir, out, seed_value))
     write_json(out / "metrics.json", metrics)
     return metrics
 
 
-def score_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, out: Path, seed_value: int) -> dict[str, float]:
-    """The judge's tests on the benchmark problems, run on each problem's fixed program pool."""
-    bench = read_records(paths.coding_benchmark, BenchmarkProblem)
+def evaluate_dev(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
+                 seed_value: int) -> dict[str, float]:
+    """The dev-split scores that model selection reads (eval.dev_file), at every evaluation: pass@1 of
+    eval.dev_episodes_per_task programs per dev problem (`dev/*`, success_rate = pass@1) and the judge's UT
+    accuracy / detect rate on the dev benchmark's program pools (`dev/bench_*`). {} without a dev split."""
+    if not cfg.eval.dev_file:
+        return {}
+    tasks = read_records(paths.dev, Task)
+    _, runs = programs_for(paths, cfg, tasks, policy_dir, cfg.eval.dev_episodes_per_task, cfg.eval.temperature,
+                           seed_value, "dev eval")
+    write_records(out / "dev_programs.jsonl", runs)
+    metrics = {f"dev/{n}": v for n, v in coding_rewards.outcome_metrics(runs).items()}
+    metrics["dev/success_rate"] = metrics["dev/pass_at_1"]
+    metrics["dev/episodes"] = float(len(runs))
+    if paths.coding_benchmark_dev.is_file():
+        scores = score_benchmark(paths, cfg, judge_dir, paths.coding_benchmark_dev, out / "dev_benchmark_tests.jsonl",
+                                 seed_value, "dev judge benchmark")
+        metrics.update({f"dev/bench_{n}": v for n, v in scores.items()})
+    return metrics
+
+
+def score_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, benchmark: Path, tests_file: Path,
+                    seed_value: int, desc: str = "judge benchmark") -> dict[str, float]:
+    """The judge's tests on the problems of a benchmark file (the run's held-out or dev one), run on each
+    problem's fixed program pool; the tests go to `tests_file`."""
+    bench = read_records(benchmark, BenchmarkProblem)
     if not bench:
         return {}
     tasks = [b.task for b in bench]
     pools = [_program_trajectory(b.task, j, p) for b in bench for j, p in enumerate(b.programs)]
-    tests = tests_for(paths, cfg, tasks, pools, judge_dir, seed_value, "judge benchmark")
+    tests = tests_for(paths, cfg, tasks, pools, judge_dir, seed_value, desc)
     runs = [ProgramRun(task_id=b.task.task_id, sample_index=j, statuses=[], pass_ratio=float(ok), pass_all=ok)
             for b in bench for j, ok in enumerate(b.pass_all)]
-    write_records(out / "benchmark_tests.jsonl", tests)
+    write_records(tests_file, tests)
     return coding_rewards.judge_metrics(runs, tests)

@@ -4,24 +4,34 @@ lineage, log artifacts, and write the iteration's COMPLETE marker last.
 Lineage of a registered version (its tags): run, iteration, data_version (also in COMPLETE); git_commit
 and git_dirty of the code; config_hash of the run's config identity; dvc.store, dvc.batch and dvc.model,
 the md5s DVC recorded for the iteration's task store, this role's training batch and the checkpoint;
-parent_version, the version of the same model this one was trained from ("bootstrap" for the
-warm-start); and, when the iteration was evaluated, its held-out metrics (`heldout.success_rate`, ...).
-The iteration's MLflow run carries data_version, git_commit, git_dirty and config_hash too.
+parent_version, the version of the same model this one was trained from (the warm-start's version of
+iteration 0 for the first update); and, when the iteration was evaluated, its metrics (`dev.success_rate`,
+`heldout.success_rate`, ...). The iteration's MLflow run carries data_version, git_commit, git_dirty and
+config_hash too.
+
+The warm-start itself (models/bootstrap) is registered as iteration 0 by `register_start`, tagged with the
+baseline's metrics, so that `best` (ranked on dev, tasks/tracking.py) can be the warm-start.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+from prefect import task
 
 from rla_core.config import Config
 from tasks.object_store import dvc_remote_options
 from tasks.paths import ROLES, RunPaths, run_config
-from tasks.reproduce import publish_iteration_record
+from tasks.reproduce import START, publish_iteration_record, version_start
 from tasks.report import iteration_report, render_html, render_text
 from tasks.stage import stage
-from tasks.storage import done_summary, read_json, write_text
-from tasks.tracking import Tracker, heldout_tags, model_name
-from tasks.tracking_tasks import tracker_for
-from tasks.versioning import config_hash, data_version, git_state, init_run_repo, track, tracked_file_hash
+from tasks.storage import done_summary, is_done, read_json, write_text
+from tasks.tracking import Tracker, best_tags, heldout_tags, model_name
+from tasks.tracking_tasks import TRACK, tracker_for
+from tasks.versioning import (config_hash, data_version, git_state, init_run_repo, track, tracked_file_hash,
+                              tracked_hashes)
+
+log = logging.getLogger(__name__)
 
 
 def versioned_paths(paths: RunPaths, k: int) -> list[Path]:
@@ -50,13 +60,15 @@ def log_artifacts(paths: RunPaths, k: int) -> None:
 def parent_version(paths: RunPaths, tracker: Tracker, k: int, role: str) -> str:
     """The registered version of `role` that iteration k trained from: the version of the iteration
     whose update it started from (the previous one, or earlier when an iteration left the model as it
-    was), "bootstrap" for the warm-start, "unregistered" when that iteration's version is not found."""
+    was), "unregistered" when that iteration's version is not found; for the warm-start, its version of
+    iteration 0 ("bootstrap" when it is not registered: a run started before the warm-start was)."""
     start = paths.model_dir(k, role).resolve()
     for prev in range(k - 1, 0, -1):
         if paths.it(prev).model(role).resolve() == start:
             found = tracker.find_version(model_name(role), prev)
             return found["version"] if found else "unregistered"
-    return "bootstrap"
+    found = tracker.find_version(model_name(role), START)
+    return found["version"] if found else "bootstrap"
 
 
 def dvc_tags(paths: RunPaths, k: int, role: str, model_dir: Path) -> dict[str, str]:
@@ -68,7 +80,7 @@ def dvc_tags(paths: RunPaths, k: int, role: str, model_dir: Path) -> dict[str, s
 
 
 def evaluated_metrics(paths: RunPaths, k: int) -> dict[str, float]:
-    """The iteration's in-loop held-out metrics, {} when it was not evaluated."""
+    """The iteration's in-loop evaluation metrics (held-out and dev), {} when it was not evaluated."""
     return read_json(paths.it(k).eval_metrics) if paths.it(k).eval_metrics.is_file() else {}
 
 
@@ -95,8 +107,43 @@ def commit(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
             registered[role] = tracker.register_checkpoint(model_dir, model_name(role), iteration=k,
                                                            data_version=version, tags=tags)
             if registered[role] is not None:
-                tracker.update_aliases(model_name(role))
+                tracker.update_aliases(model_name(role), best_tags(role))
     if cfg.versioning.dvc:  # before COMPLETE: a record that failed to publish is retried with the stage
         publish_iteration_record(paths, cfg, k)
     write_text(paths.it(k).complete, version + "\n")
     return {"data_version": version, "registered": registered, "metrics": {}}
+
+
+def start_tags(paths: RunPaths, cfg: Config) -> dict[str, str]:
+    """Tags of the warm-start's versions: git_commit, git_dirty, config_hash; with DVC, dvc.seed and
+    dvc.model, the md5s DVC recorded for the seed folder (task store, held-out and dev tasks) and the
+    warm-start folder (models/bootstrap, every role); parent_version "init" (trained from models/init); and
+    the baseline's metrics (`dev.*`, `heldout.*`, `bench.*`)."""
+    tags = {**git_state(), "config_hash": config_hash(cfg), "parent_version": "init"}
+    if cfg.versioning.dvc:
+        seed, model = paths.seed_store.parent, paths.bootstrap
+        try:
+            hashes = tracked_hashes(paths.root, [seed, model])
+            tags.update({"dvc.seed": hashes[paths.rel(seed)], "dvc.model": hashes[paths.rel(model)]})
+        except FileNotFoundError as missing:  # a machine that fetched the start's folders, not its pointers
+            log.warning("warm-start versions registered without dvc.* tags: %s", missing)
+    return {**tags, **heldout_tags(read_json(paths.baseline / "metrics.json"))}
+
+
+@task(name="register-start", **TRACK)
+def register_start(run_dir: str) -> dict[str, dict | None]:
+    """The warm-start (models/bootstrap/<role>) as each role's version of iteration 0, with its data_version
+    (of the `version_start` stage), lineage and baseline metrics (`start_tags`), then the role's aliases
+    recomputed: `best` stays the warm-start until a later version scores higher on dev. Idempotent (a
+    re-run finds the version). Returns {role: registered version or None}."""
+    paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
+    started = version_start.out_dir(paths)
+    version = done_summary(started).get("data_version", "") if is_done(started) else ""
+    tracker, tags = tracker_for(run_dir), start_tags(paths, cfg)
+    registered: dict[str, dict | None] = {}
+    for role in ROLES:
+        registered[role] = tracker.register_checkpoint(paths.bootstrap / role, model_name(role), iteration=START,
+                                                       data_version=version, tags=tags)
+        if registered[role] is not None:
+            tracker.update_aliases(model_name(role), best_tags(role))
+    return registered

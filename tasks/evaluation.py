@@ -1,5 +1,9 @@
 """Evaluation: held-out success of a policy and the judge on the fixed benchmark, as the iteration's
-evaluate stage, the warm-start's baseline, and `rla eval`'s evaluation of any checkpoint."""
+evaluate stage, the warm-start's baseline, and `rla eval`'s evaluation of any checkpoint.
+
+Every evaluation also scores the dev split when one is configured (eval.dev_file, eval.dev_judge_benchmark):
+`dev/*` beside `heldout/*`. Model selection (the registry's `best` alias) reads the dev scores only; the
+held-out ones are reported, never used to choose."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +25,9 @@ def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: P
     """Held-out success rate of a policy (eval.episodes_per_task episodes per task at eval.temperature),
     the judge on the fixed benchmark steps (`bench/*`) and, when `final` (the warm-start and the last
     evaluation): the greedy policy (`heldout_greedy/*`, with eval.greedy_at_end) and p₊/p₋ of the judge
-    on the policy's held-out episodes (`heldout/judge_*`: a moving target, beside the benchmark).
-    The coding setting: held-out pass@1 and the judge's unit tests (tasks/coding.py)."""
+    on the policy's held-out episodes (`heldout/judge_*`: a moving target, beside the benchmark); at every
+    evaluation the dev split too (`dev/*`, evaluate_dev). The coding setting: held-out and dev pass@1 and
+    the judge's unit tests (tasks/coding.py)."""
     from tasks import coding
 
     if coding.is_coding(cfg):
@@ -40,26 +45,53 @@ def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: P
         metrics.update({f"heldout/judge_{n}": v for n, v in judge_metrics.items()})
     metrics["heldout/episodes"] = float(len(trajectories))
     if paths.judge_benchmark.is_file():
-        metrics.update({f"bench/{n}": v for n, v in score_judge_benchmark(paths, cfg, judge_dir, out, seed).items()})
+        scores = score_judge_benchmark(paths, cfg, judge_dir, paths.judge_benchmark, out / "benchmark_verdicts.json",
+                                       seed, cfg.eval.benchmark_m)
+        metrics.update({f"bench/{n}": v for n, v in scores.items()})
+    metrics.update(evaluate_dev(paths, cfg, policy_dir, judge_dir, out, seed))
     write_json(out / "metrics.json", metrics)
     return metrics
 
 
-def score_judge_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, out: Path, seed: int) -> dict[str, float]:
-    """eval.benchmark_m verdicts of the judge in `judge_dir` on every step of the run's judge benchmark."""
-    steps = read_records(paths.judge_benchmark, BenchmarkStep)
+def evaluate_dev(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
+                 seed: int) -> dict[str, float]:
+    """The dev-split scores that model selection reads, at every evaluation: the policy's success on the
+    dev tasks (`dev/*`: eval.dev_episodes_per_task episodes per task at eval.temperature; no greedy pass)
+    and the judge on the dev benchmark (`dev/bench_*`, eval.dev_benchmark_m verdicts per step). {} when no
+    dev split is configured."""
+    metrics: dict[str, float] = {}
+    if cfg.eval.dev_file:
+        tasks = read_records(paths.dev, Task)
+        trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.dev_episodes_per_task,
+                                        cfg.eval.temperature, seed, "dev eval")
+        write_records(out / "dev_trajectories.jsonl", trajectories)
+        metrics.update({f"dev/{n}": v for n, v in rollout_metrics(trajectories).items()})
+        metrics["dev/episodes"] = float(len(trajectories))
+    if cfg.eval.dev_judge_benchmark:
+        scores = score_judge_benchmark(paths, cfg, judge_dir, paths.judge_benchmark_dev,
+                                       out / "dev_benchmark_verdicts.json", seed, cfg.eval.dev_benchmark_m,
+                                       "dev judge benchmark")
+        metrics.update({f"dev/bench_{n}": v for n, v in scores.items()})
+    return metrics
+
+
+def score_judge_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, benchmark: Path, verdicts_file: Path,
+                          seed: int, m: int, desc: str = "judge benchmark") -> dict[str, float]:
+    """m verdicts of the judge in `judge_dir` on every step of a judge benchmark file (the run's copy of
+    the held-out or the dev one); the verdicts go to `verdicts_file`."""
+    steps = read_records(benchmark, BenchmarkStep)
     engine, tokenizer = engine_for(cfg, paths.root, "judge", judge_dir, cfg.judge.batch_size)
     params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
-    with progress_bar(len(steps) * cfg.eval.benchmark_m, "judge benchmark", unit="verdict") as bar:
-        verdicts, metrics = score_benchmark(engine, tokenizer, steps, cfg.eval.benchmark_m, params,
-                                            cfg.rollout.history_turns, progress=bar.update)
-    write_json(out / "benchmark_verdicts.json", {s.step_id: v for s, v in zip(steps, verdicts)})
+    with progress_bar(len(steps) * m, desc, unit="verdict") as bar:
+        verdicts, metrics = score_benchmark(engine, tokenizer, steps, m, params, cfg.rollout.history_turns,
+                                            progress=bar.update)
+    write_json(verdicts_file, {s.step_id: v for s, v in zip(steps, verdicts)})
     return metrics
 
 
 @stage(scope="run", folder="baseline")
 def baseline(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
-    """Held-out metrics of the warm-started policy and judge (baseline/metrics.json)."""
+    """Held-out (and dev) metrics of the warm-started policy and judge (baseline/metrics.json)."""
     metrics = evaluate_models(paths, cfg, paths.bootstrap / "policy", paths.bootstrap / "judge", out, eval_seed(cfg))
     return {"metrics": metrics}
 
@@ -79,7 +111,8 @@ def logged_final(paths: RunPaths, k: int) -> bool:
 
 @stage(scope="run", folder="eval/iter_{k:04d}")
 def evaluate_checkpoint(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
-    """Held-out metrics of the models after iteration k (0 = the warm-start), in eval/iter_k/ (`rla eval`).
+    """Held-out (and dev) metrics of the models after iteration k (0 = the warm-start), in eval/iter_k/
+    (`rla eval`).
 
     Reproduces the evaluation logged for k exactly (the baseline for 0, the in-loop evaluate stage
     otherwise): the same models, the same seed (`eval_seed`, as every evaluation of the run) and the same

@@ -3,6 +3,7 @@
 runs/<name>/
   config.yaml            the resolved config of the run
   seed/store/            the seed task store        seed/heldout.jsonl   held-out tasks (never trained on)
+                                                    seed/dev.jsonl       dev tasks (model selection; never trained on)
   models/init/           tokenizer + untrained tiny models      models/bootstrap/{policy,judge[,environment]}/
   iterations/iter_0001/<stage>/...   each stage folder ends with a _DONE marker; COMPLETE last
 """
@@ -126,6 +127,21 @@ class RunPaths:
     def judge_benchmark(self) -> Path:
         """The run's copy of the fixed judge benchmark (eval.judge_benchmark), when configured."""
         return self.root / "seed" / "judge_benchmark.jsonl"
+
+    @property
+    def dev(self) -> Path:
+        """The run's copy of the dev split (eval.dev_file), when configured: scored, never trained on."""
+        return self.root / "seed" / "dev.jsonl"
+
+    @property
+    def judge_benchmark_dev(self) -> Path:
+        """The run's copy of the dev judge benchmark (eval.dev_judge_benchmark), when configured."""
+        return self.root / "seed" / "judge_benchmark_dev.jsonl"
+
+    @property
+    def coding_benchmark_dev(self) -> Path:
+        """seed (coding): the dev counterpart of coding_benchmark, from the dev problems (eval.dev_file)."""
+        return self.root / "seed" / "coding_benchmark_dev.jsonl"
 
     @property
     def reserved(self) -> Path:

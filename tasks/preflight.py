@@ -10,14 +10,15 @@ Checked, where it exists and the command will read it:
                     change (rla_core.config.run_mismatch, the check prepare_run_dir repeats); folders
                     where the run keeps folders, files where it keeps files; iteration folders named
                     iter_NNNN; every _DONE marker a JSON object
-  records           of finished stages, line by line: the seed and adapted task stores, held-out tasks,
-                    the judge benchmark, an unfinished iteration's tasks, trajectories, verdicts, batches
+  records           of finished stages, line by line: the seed and adapted task stores, held-out and dev
+                    tasks, the judge benchmarks, an unfinished iteration's tasks, trajectories, verdicts, batches
                     and adapt report; metrics files the summary table reads
   model folders     of finished stages (models/init/*, models/bootstrap/*, iterations/*/train_*/model)
                     and models.*.path: config.json, tokenizer, weights; safetensors headers against the
                     file size; optimizer.pt readable as a zip archive
-  task files        the ones a run seeds from: environment.heldout_file and reserved_files (each task for
-                    this environment, with a valid spec) and eval.judge_benchmark
+  task files        the ones a run seeds from: environment.heldout_file, reserved_files and eval.dev_file
+                    (each task for this environment, with a valid spec), eval.judge_benchmark and
+                    eval.dev_judge_benchmark
 """
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ Command = Literal["run", "seed", "prepare", "eval"]
 
 RUN_ENTRIES = ("seed", "models", "iterations", "baseline", "eval", "mlflow.db", "mlflow_run_id.txt")
 FOLDERS = ("seed", "seed/store", "models", "models/init", "models/bootstrap", "baseline", "iterations", "eval")
-FILES = ("config.yaml", "mlflow_run_id.txt", "seed/heldout.jsonl", "seed/reserved.json",
-         "seed/judge_benchmark.jsonl", "baseline/metrics.json")
+FILES = ("config.yaml", "mlflow_run_id.txt", "seed/heldout.jsonl", "seed/reserved.json", "seed/dev.jsonl",
+         "seed/judge_benchmark.jsonl", "seed/judge_benchmark_dev.jsonl", "baseline/metrics.json")
 # What each iteration stage leaves for the stages after it: file -> (record type, at least one record)
 STAGE_RECORDS: dict[str, dict[str, tuple[type[BaseModel], bool]]] = {
     "select": {"tasks.jsonl": (Task, True)},
@@ -242,11 +243,11 @@ def _checked_task_file(path: str, mtime_ns: int, size: int, env: str, horizon: i
     check_task_lines(numbered, get_environment(env), horizon, str(shown))
 
 
-def _benchmark_file(name: str) -> None:
+def _benchmark_file(name: str, key: str = "eval.judge_benchmark") -> None:
     resolved = resolve_data_path(name)
     if not resolved.is_file():
-        raise MissingFile(f"eval.judge_benchmark: file not found: {name}{_looked_at(name, resolved)}")
-    _records(resolved, BenchmarkStep, True, "; eval.judge_benchmark names it")
+        raise MissingFile(f"{key}: file not found: {name}{_looked_at(name, resolved)}")
+    _records(resolved, BenchmarkStep, True, f"; {key} names it")
 
 
 def _check_inputs(cfg: Config, paths: RunPaths | None) -> None:
@@ -258,8 +259,12 @@ def _check_inputs(cfg: Config, paths: RunPaths | None) -> None:
             _task_file(env.heldout_file, "environment.heldout_file", cfg)
         for name in env.reserved_files:
             _task_file(name, "environment.reserved_files", cfg)
+        if cfg.eval.dev_file:
+            _task_file(cfg.eval.dev_file, "eval.dev_file", cfg)
         if cfg.eval.judge_benchmark:
             _benchmark_file(cfg.eval.judge_benchmark)
+        if cfg.eval.dev_judge_benchmark:
+            _benchmark_file(cfg.eval.dev_judge_benchmark, "eval.dev_judge_benchmark")
     if paths is None or not (paths.init_models / DONE_MARKER).is_file():
         for role in ("policy", "judge", "environment"):
             spec = getattr(cfg.models, role)
@@ -333,8 +338,11 @@ def _check_run_level(paths: RunPaths) -> None:
         if paths.reserved.exists():
             if not isinstance(load_json_file(_rel(paths.reserved)), list):
                 raise DataError(f"{_rel(paths.reserved)}: must be a JSON list of game hashes")
-        if paths.judge_benchmark.exists():
-            _records(paths.judge_benchmark, BenchmarkStep, True, why)
+        for benchmark in (paths.judge_benchmark, paths.judge_benchmark_dev):
+            if benchmark.exists():
+                _records(benchmark, BenchmarkStep, True, why)
+        if paths.dev.exists():
+            _records(paths.dev, Task, True, why)
     for folder, what in ((paths.init_models, "models/init"), (paths.bootstrap, "the warm-start")):
         if _done(folder) is not None:
             for role in ROLES:  # and the environment model where there is one (older runs have none)

@@ -74,3 +74,24 @@ def exposure(run_dir: str | Path, cfg: Config) -> dict[str, float]:
             counts[kind] += 1
         k += 1
     return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tasks.reserved RUN_DIR...`: the reserved content each run rolled out and trained on, as JSON."""
+    import argparse
+    import json
+
+    from tasks.common import bind_environment
+    from tasks.paths import run_config
+
+    parser = argparse.ArgumentParser(prog="python -m tasks.reserved", description=main.__doc__)
+    parser.add_argument("runs", nargs="+", help="run folders")
+    for run_dir in parser.parse_args(argv).runs:
+        cfg = run_config(run_dir)
+        bind_environment(cfg, run_dir)
+        print(json.dumps({"run": str(run_dir), **exposure(run_dir, cfg)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,12 +14,11 @@ from rla_core.adaptation.cycle import Rewrite
 from rla_core.adaptation.rewriters import RewriteResult, get_rewriter
 from rla_core.config import Config
 from rla_core.envs.base import get_environment
-from rla_core.errors import MissingFile
 from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import CriticFeedback, Direction, Task
 from tasks.engines import engine_for
 from tasks.paths import RunPaths
-from tasks.storage import read_json
+from tasks.reserved import reserved_hashes
 
 
 def environment_model_dir(cfg: Config, paths: RunPaths) -> Path:
@@ -50,13 +49,6 @@ def _llm_generate(cfg: Config, paths: RunPaths):
         return [g.text for g in engine.generate(ids, params)]
 
     return generate
-
-
-def reserved_hashes(paths: RunPaths) -> frozenset[str]:
-    """The content hashes no training may touch, as the seed stage recorded them."""
-    if not paths.reserved.is_file():
-        raise MissingFile(f"{paths.reserved}: the seed stage's reserved content hashes are missing")
-    return frozenset(read_json(paths.reserved))
 
 
 def make_rewrite(cfg: Config, paths: RunPaths) -> Rewrite:

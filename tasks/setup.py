@@ -73,8 +73,9 @@ def heldout_tasks(cfg: Config, family: EnvironmentFamily) -> list[Task]:
 def seed(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """The seed task store (train slots) and the held-out tasks, disjoint by game content.
 
-    Games of the held-out tasks and of `environment.reserved_files` (e.g. a dev split) are recorded in
-    seed/reserved.json: no seed slot and no warm-start demonstration may play one of them.
+    Games of the held-out tasks, of the dev split (eval.dev_file) and of `environment.reserved_files` are
+    recorded in seed/reserved.json: no seed slot and no warm-start demonstration may play one of them. The
+    dev split and its judge benchmark are copied beside the held-out tasks (seed/dev.jsonl, ...).
     """
     from tasks import coding
 
@@ -82,7 +83,8 @@ def seed(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
         return coding.seed(paths, cfg)
     family, horizon = get_environment(cfg.environment.name), cfg.rollout.max_steps
     heldout = heldout_tasks(cfg, family)
-    reserved = {family.content_hash(t.spec) for t in heldout}
+    dev = load_task_file(cfg.eval.dev_file, family, horizon) if cfg.eval.dev_file else []
+    reserved = {family.content_hash(t.spec) for t in heldout + dev}
     for path in cfg.environment.reserved_files:
         reserved |= {family.content_hash(t.spec) for t in load_task_file(path, family, horizon)}
     train = generate_tasks(family, cfg.environment.knobs, cfg.environment.train_slots,
@@ -92,7 +94,11 @@ def seed(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     write_json(paths.reserved, sorted(reserved))
     if cfg.eval.judge_benchmark:
         write_records(paths.judge_benchmark, load_benchmark_file(cfg.eval.judge_benchmark))
-    return {"train": len(train), "heldout": len(heldout), "reserved": len(reserved)}
+    if cfg.eval.dev_file:
+        write_records(paths.dev, dev)
+    if cfg.eval.dev_judge_benchmark:
+        write_records(paths.judge_benchmark_dev, load_benchmark_file(cfg.eval.dev_judge_benchmark))
+    return {"train": len(train), "heldout": len(heldout), "dev": len(dev), "reserved": len(reserved)}
 
 
 def demo_tasks(cfg: Config, paths: RunPaths, count: int, rng: random.Random, exclude_slots: bool = False) -> list[Task]:

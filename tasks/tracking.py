@@ -8,10 +8,13 @@ iterations) and, when an iteration is named, to its child as well.
 
 Model registry: each trained checkpoint is a version of `rla-<role>` whose tags hold its lineage
 (tasks/commit.py writes them: run, iteration, data_version, git_commit, git_dirty, config_hash,
-dvc.store, dvc.batch, dvc.model, parent_version and, once the iteration is evaluated, its held-out
-metrics `heldout.success_rate`, `bench.balanced_acc`, ... as in `heldout_tags`). Aliases over one run's
-versions: `newest` = the highest iteration registered (MLflow reserves the name `latest`), `best` = the
-highest `heldout.success_rate` among the versions evaluated (ties: the earlier iteration);
+dvc.store, dvc.batch, dvc.model, parent_version and, once the iteration is evaluated, its metrics
+`dev.success_rate`, `heldout.success_rate`, `bench.balanced_acc`, ... as in `heldout_tags`). The warm-start
+is iteration 0's version (its artifacts on the training run). Aliases over one run's versions: `newest` =
+the highest iteration registered (MLflow reserves the name `latest`), `best` = the version with the
+highest dev score of its role (BEST_TAGS: the policy's `dev.success_rate`, the judge's dev-benchmark
+accuracy; ties: the earlier iteration, so the warm-start stays `best` until a later version beats it on
+dev). Held-out scores are tags to read, never used to choose; without a dev score there is no `best`.
 `update_aliases` recomputes both from the tags, so a re-run or resume never moves them wrongly.
 
 Only `MlflowClient` is used, never the fluent `mlflow.start_run` state, so Prefect tasks in threads
@@ -88,7 +91,11 @@ _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_\-./ ]")
 IDENTITY_TAGS = ("run", "iteration", "data_version")  # what makes a registered version the same one
 # MLflow reserves the alias `latest` (models:/<name>/latest is its own: the highest version number)
 LATEST_ALIAS, BEST_ALIAS = "newest", "best"
-BEST_TAG = "heldout.success_rate"  # `best` ranks a run's evaluated versions by this tag
+# What `best` ranks a role's versions by: dev scores only (the first of a role's tags that any version of the
+# run carries: the judge's dev benchmark is scored by balanced accuracy, coding's by UT accuracy).
+BEST_TAG = "dev.success_rate"
+BEST_TAGS: dict[str, tuple[str, ...]] = {"policy": (BEST_TAG,),
+                                         "judge": ("dev.bench_balanced_acc", "dev.bench_ut_accuracy")}
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +142,15 @@ def model_name(role: str) -> str:
     return f"rla-{role}"
 
 
+def best_tags(role: str) -> tuple[str, ...]:
+    """The dev tags that rank `role`'s versions for the `best` alias (BEST_TAGS)."""
+    return BEST_TAGS[role]
+
+
 def heldout_tags(metrics: Mapping[str, Any]) -> dict[str, str]:
     """Evaluation metrics as model-version tags: "heldout/success_rate" -> "heldout.success_rate",
-    values in full precision (repr of the float, so a tag reads back to the exact number)."""
+    "dev/success_rate" -> "dev.success_rate", values in full precision (repr of the float, so a tag reads
+    back to the exact number)."""
     return {_metric_key(key).replace("/", "."): repr(float(value)) for key, value in metrics.items()
             if _is_number(value)}
 
@@ -409,8 +422,9 @@ class Tracker:
         tags: Mapping[str, Any] | None = None,
         exclude: Sequence[str] = CHECKPOINT_EXCLUDE,
     ) -> dict[str, str] | None:
-        """Copy an HF checkpoint directory into the iteration run's artifacts and register it as a
-        new version of model `name` (tags: run, iteration, data_version, + `tags`, e.g. the lineage).
+        """Copy an HF checkpoint directory into the iteration run's artifacts (iteration 0, the warm-start:
+        the training run's) and register it as a new version of model `name` (tags: run, iteration,
+        data_version, + `tags`, e.g. the lineage).
         Idempotent: a version with the same run/iteration/data_version (IDENTITY_TAGS) is returned
         instead of a duplicate, whatever its other tags (a resume may run from another commit); tags it
         lacks are added, those it has are kept. Returns {name, version, source, run_id}, or None when
@@ -421,7 +435,7 @@ class Tracker:
         if iteration is not None:
             identity["iteration"] = str(iteration)
         extra = {key: str(value) for key, value in (tags or {}).items() if key not in IDENTITY_TAGS}
-        run_id = self._artifact_target(iteration)
+        run_id = self._artifact_target(iteration or None)
         with self._lock():
             existing = self._find_version(name, identity)
             if existing is not None:
@@ -454,20 +468,20 @@ class Tracker:
         except mlflow.exceptions.MlflowException:  # no such registered model yet
             return []
 
-    def update_aliases(self, name: str) -> dict[str, str]:
-        """Point `newest` at this run's version of the highest iteration and `best` at its version with
-        the highest `heldout.success_rate` (ties: the earlier iteration; no alias while none is
-        evaluated). Recomputed from the tags each time: idempotent. Aliases belong to the registered
-        model: in a registry shared by several runs they follow the run that updated them last.
-        Returns {alias: version}."""
+    def update_aliases(self, name: str, rank_by: Sequence[str] = (BEST_TAG,)) -> dict[str, str]:
+        """Point `newest` at this run's version of the highest iteration and `best` at its version with the
+        highest value of the first tag of `rank_by` that any of them carries (`best_tags(role)`: dev scores;
+        ties: the earlier iteration). Without such a tag no version is `best`, and a `best` left on one of
+        this run's versions (an older rule's choice) is removed. Recomputed from the tags each time:
+        idempotent. Aliases belong to the registered model: in a registry shared by several runs they
+        follow the run that updated them last. Returns {alias: version}."""
         versions = [v for v in self._run_versions(name) if v.tags.get("iteration", "").isdigit()]
         if not versions:
             return {}
         chosen = {LATEST_ALIAS: max(versions, key=lambda v: (int(v.tags["iteration"]), int(v.version)))}
-        scored = [v for v in versions if _is_float(v.tags.get(BEST_TAG))]
-        if scored:
-            chosen[BEST_ALIAS] = max(scored, key=lambda v: (float(v.tags[BEST_TAG]), -int(v.tags["iteration"]),
-                                                            int(v.version)))
+        best = _best_version(versions, rank_by)
+        if best is not None:
+            chosen[BEST_ALIAS] = best
         current = {}
         try:
             current = dict(self.client.get_registered_model(name).aliases)
@@ -476,6 +490,8 @@ class Tracker:
         for alias, version in chosen.items():
             if str(current.get(alias)) != str(version.version):
                 self.client.set_registered_model_alias(name, alias, str(version.version))
+        if best is None and str(current.get(BEST_ALIAS)) in {str(v.version) for v in versions}:
+            self.client.delete_registered_model_alias(name, BEST_ALIAS)
         return {alias: str(version.version) for alias, version in chosen.items()}
 
     def _upload_checkpoint(self, model_dir: Path, run_id: str, artifact_path: str, exclude: Sequence[str]) -> str:
@@ -506,6 +522,16 @@ class Tracker:
         uri = self.client.get_model_version_download_uri(name, str(version))
         Path(dst).mkdir(parents=True, exist_ok=True)
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst)))
+
+
+def _best_version(versions: Sequence[Any], rank_by: Sequence[str]) -> Any | None:
+    """The version with the highest value of the first tag of `rank_by` that some version carries (ties: the
+    earlier iteration, then the higher version number); None when none carries one."""
+    for tag in rank_by:
+        scored = [v for v in versions if _is_float(v.tags.get(tag))]
+        if scored:
+            return max(scored, key=lambda v: (float(v.tags[tag]), -int(v.tags["iteration"]), int(v.version)))
+    return None
 
 
 def _iso(millis: int | None) -> str:

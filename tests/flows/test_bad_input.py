@@ -10,16 +10,17 @@ pre-flight (tasks/preflight.py) or the config loader. The "existing run" is writ
 
 Cases by category (parametrised ids start with the category):
     configs       20
-    yaml          13
-    task files    15
-    records       18
+    yaml          14
+    task files    18
+    records       19
     models        10
     checkpoints    9
-    run folders   23
-    total        108 CLI cases
-plus 7 other tests: the count above; good input passes and is left as it was (an existing run whose
+    run folders   25
+    total        115 CLI cases
+plus 8 other tests: the count above; good input passes and is left as it was (an existing run whose
 records hold odd but valid model text, a continued run with more iterations elsewhere, a fresh run, a
-fresh ablation); a passing pre-flight reaches the flow; the refusal prepare_run_dir shares names the key.
+fresh ablation); a passing pre-flight reaches the flow; `rla eval --run DIR` evaluates that folder with its
+own config; the refusal prepare_run_dir shares names the key.
 Model outputs (124 cases) are in tests/rla_core/test_model_outputs.py.
 """
 from __future__ import annotations
@@ -255,7 +256,7 @@ def case(category: str, *expected: str, name: str | None = None):
 
 
 # ---- configs (fresh run folder: it must not appear)
-@case("configs", "rollout.nn")
+@case("configs", "unknown config key 'rollout.nn'; did you mean 'rollout.n'?")
 def unknown_key(cwd, template):
     return args("rollout.nn=3")
 
@@ -378,6 +379,8 @@ for _name, _text, _expected in [
     ("undefined_alias", "run: &a\n  name: *b\n", ("x.yaml:2:", "alias")),
     ("section_is_a_number", "rollout: 3\n", ("config key 'rollout'", "dictionary")),
     ("bad_indent", "run:\n  name: x\n name2: y\n", ("x.yaml:3:", "block")),
+    ("unknown_key_near_a_known_one", "rollout:\n  nn: 4\n",
+     ("x.yaml: unknown config key 'rollout.nn'", "did you mean 'rollout.n'?")),
 ]:
     case("yaml", *_expected, name=_name)(yaml_case(_text))
 
@@ -482,6 +485,28 @@ def reserved_file_missing(cwd, template):
 @case("task files", "eval.judge_benchmark", "nobench.jsonl")
 def benchmark_file_missing(cwd, template):
     return args(f"eval.judge_benchmark={cwd / 'nobench.jsonl'}")
+
+
+@case("task files", "eval.dev_file", "nodev.jsonl")
+def dev_file_missing(cwd, template):
+    return args(f"eval.dev_file={cwd / 'nodev.jsonl'}")
+
+
+@case("task files", "mydev.jsonl:2:", "not valid JSON")
+def dev_file_truncated(cwd, template):
+    path = tasks_file(cwd / "mydev.jsonl", [task_line(0), task_line(1)[:-30]])
+    return args(f"eval.dev_file={path}")
+
+
+@case("task files", "eval.dev_judge_benchmark", "nodevbench.jsonl")
+def dev_benchmark_file_missing(cwd, template):
+    return args(f"eval.dev_judge_benchmark={cwd / 'nodevbench.jsonl'}")
+
+
+@case("records", "runs/r/seed/judge_benchmark_dev.jsonl:1:", "not valid JSON")
+def seed_dev_benchmark_truncated(cwd, template):
+    (existing(cwd, template) / "seed" / "judge_benchmark_dev.jsonl").write_text('{"step_id": "x"\n')
+    return args()
 
 
 # ---- records of an existing run
@@ -858,6 +883,17 @@ def eval_negative_iteration(cwd, template):
     return [*args(command="eval"), "--iteration", "-1"]
 
 
+@case("run folders", "no run at gone", "no config.yaml")
+def eval_run_folder_missing(cwd, template):
+    return ["eval", "--run", "gone"]
+
+
+@case("run folders", "--run DIR or --config FILE, not both")
+def eval_run_folder_and_config(cwd, template):
+    existing(cwd, template)
+    return [*args(command="eval"), "--run", str(RUN)]
+
+
 @case("run folders", "warm-start has not finished")
 def eval_before_the_warm_start(cwd, template):
     root = existing(cwd, template)
@@ -917,8 +953,8 @@ def test_bad_input_is_one_line_and_changes_nothing(make, expected, cwd, template
 
 def test_the_suite_covers_every_category_with_50_cases_or_more():
     counts = Counter(p.id.split("-", 1)[0] for p in CASES)
-    assert counts == {"configs": 20, "yaml": 13, "task files": 15, "records": 18, "models": 10,
-                      "checkpoints": 9, "run folders": 23}
+    assert counts == {"configs": 20, "yaml": 14, "task files": 18, "records": 19, "models": 10,
+                      "checkpoints": 9, "run folders": 25}
     assert sum(counts.values()) >= 50
 
 
@@ -956,6 +992,23 @@ def test_a_passing_pre_flight_reaches_the_flow(cwd, template, flows, capsys):
     flows.allow = True
     assert main(args(command="seed")) == 0
     assert flows.calls == ["seed_run"] and capsys.readouterr().err == ""
+
+
+def test_eval_of_a_run_folder_uses_its_own_config_wherever_it_is(cwd, template, monkeypatch, capsys):
+    shutil.move(existing(cwd, template), cwd / "archive")  # moved: its config.yaml still says runs/r
+    seen: list = []
+
+    def evaluate_run(configs, overrides, iteration):
+        seen.append(load_config(configs, overrides))
+        return {"heldout/success_rate": 0.25, "iteration": iteration}
+
+    monkeypatch.setattr(sys.modules["flows.train"], "evaluate_run", evaluate_run)
+    assert main(["eval", "--run", "archive", "--iteration", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and json.loads(out) == {"heldout/success_rate": 0.25, "iteration": 1}
+    cfg = seen[0]
+    assert Path(cfg.run.output_dir) / cfg.run.name == (cwd / "archive").resolve()
+    assert cfg.model_dump(exclude={"run"}) == load_config([QUICK]).model_dump(exclude={"run"})
 
 
 def test_prepare_run_dir_names_the_differing_key_too():

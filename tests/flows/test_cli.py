@@ -84,3 +84,48 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(capsys, monkeypa
     monkeypatch.setattr(cli, "_dispatch", bug)
     with pytest.raises(KeyError, match="slot_id"):
         main(["eval"])
+
+
+def _subparsers(parser, path=("rla",)):
+    """(command path, parser) of `parser` and of every subcommand below it."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _subparsers(child, (*path, name))
+
+
+def test_every_argument_of_every_subcommand_has_help():
+    import argparse
+
+    from flows.cli import _parser
+
+    missing = []
+    for path, parser in _subparsers(_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                missing += [(*path, a.dest) for a in action._choices_actions if not (a.help or "").strip()]
+            elif not isinstance(action, argparse._HelpAction) and not (action.help or "").strip():
+                missing.append((*path, "/".join(action.option_strings) or action.dest))
+    assert missing == []
+    assert len(list(_subparsers(_parser()))) > 15  # the walk reaches sandbox run and bench's parts
+
+
+def test_the_summary_leaves_out_metrics_neither_side_has(tmp_path):
+    """No greedy pass (eval.greedy_at_end false), no dev split: no `n/a n/a` rows; one-sided ones stay."""
+    from flows.commands import ROWS, summary_table
+    from rla_core.config import PROJECT_ROOT, config_to_yaml, load_config
+
+    cfg = load_config([PROJECT_ROOT / "configs" / "quickstart.yaml"], ["eval.greedy_at_end=false"])
+    (tmp_path / "config.yaml").write_text(config_to_yaml(cfg))
+    (tmp_path / "baseline").mkdir()
+    (tmp_path / "baseline" / "metrics.json").write_text(
+        '{"heldout/episodes": 4, "heldout/success_rate": 0.25, "bench/p_pos": 0.5}')
+    table = summary_table(str(tmp_path))
+    assert "greedy" not in table and "dev" not in table and "n/a n/a" not in " ".join(table.split())
+    lines = {line[:28].strip(): line[28:].split() for line in table.splitlines() if line[:28].strip()}
+    assert lines["held-out success (sampled)"] == ["0.250", "n/a"]  # before only: still shown
+    assert lines["judge benchmark p+"] == ["0.500", "n/a"]
+    assert {label for label, _ in ROWS} & set(lines) == {"held-out success (sampled)", "judge benchmark p+"}

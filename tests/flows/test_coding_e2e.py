@@ -1,8 +1,11 @@
 """The coding setting end to end on micro sizes: `configs/coding.yaml` through the real training flow
 (Prefect test harness, MLflow, DVC, the gates), two iterations. Asserts the stage outputs line up
 (programs ↔ trajectories ↔ unit tests), the gates passed, the batches hold in-band problems only, the
-evaluation's coding metrics reach the metrics file, MLflow and the summary table, and a re-run resumes
-every stage and changes no file."""
+evaluation's coding metrics (held-out and dev) reach the metrics file, MLflow and the summary table, the
+judge's `best` follows its dev UT accuracy, and a re-run resumes every stage and changes no file.
+
+The micro run's dev split is its own generated held-out problems (already reserved: the run trains on what
+it trained on before the dev split existed)."""
 from __future__ import annotations
 
 import hashlib
@@ -12,14 +15,17 @@ import pytest
 from flows.commands import ROWS_CODING, summary_table
 from flows.rl_iteration import ITERATION
 from flows.train import train
-from rla_core.config import PROJECT_ROOT
+from rla_core.coding.bootstrap import BenchmarkProblem
+from rla_core.config import PROJECT_ROOT, load_config
 from rla_core.schemas import ProgramRun, Task, TrainingSample, Trajectory, UnitTest
 from tasks.evaluation import baseline
 from tasks.paths import RunPaths, run_config
 from tasks.reproduce import version_start
+from tasks.coding import heldout_problems
 from tasks.setup import bootstrap, init_models, seed
-from tasks.storage import done_summary, read_json, read_records
-from tasks.tracking import read_metrics
+from tasks.storage import done_summary, read_json, read_records, write_records
+from tasks.tracking import best_tags, model_name, read_metrics
+from tasks.tracking_tasks import tracker_for
 from tests.flows.conftest import MICRO
 
 CODING_CONFIG = str(PROJECT_ROOT / "configs" / "coding.yaml")
@@ -42,7 +48,11 @@ RUN_STAGES = (seed, init_models, bootstrap, baseline, version_start)
 
 
 def _overrides(out) -> list[str]:
-    return CODING_MICRO + [f"run.output_dir={out}"]
+    """The micro run's overrides, its dev split (written to `out` on first use) included."""
+    dev = out / "dev.jsonl"
+    if not dev.is_file():
+        write_records(dev, heldout_problems(load_config([CODING_CONFIG], CODING_MICRO)))
+    return CODING_MICRO + [f"run.output_dir={out}", f"eval.dev_file={dev}"]
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +86,9 @@ def test_programs_trajectories_and_unit_tests_line_up(coding_run):
         programs = read_records(it.programs, ProgramRun)
         tests = read_records(it.unit_tests, UnitTest)
         candidates = done_summary(paths.stage(k, "select"))["candidates"]
-        assert len(tasks) == TASKS + candidates and all(t.env == "coding" for t in tasks)
-        if k == 2:  # the candidates iteration 1 proposed are rolled out in iteration 2
-            assert candidates == len(read_json(paths.it(1).adapt_report)["proposed"])
+        assert len(tasks) == TASKS and all(t.env == "coding" for t in tasks)  # one budget, candidates included
+        if k == 2:  # the candidates iteration 1 proposed are rolled out in iteration 2 (up to K of them)
+            assert candidates == min(TASKS, len(read_json(paths.it(1).adapt_report)["proposed"]))
         expected = [(t.task_id, j) for t in tasks for j in range(N)]
         assert _keys(trajectories) == _keys(programs) == expected
         for trajectory, run in zip(trajectories, programs):
@@ -152,9 +162,14 @@ def test_evaluation_metrics_reach_the_file_mlflow_and_the_summary_table(coding_r
         assert key in metrics and key in before, key
         assert 0.0 <= metrics[key] <= 1.0
     assert metrics["heldout/episodes"] == 6  # 6 held-out problems, 1 program each
+    for key in ("dev/pass_at_1", "dev/success_rate", "dev/bench_ut_accuracy", "dev/bench_detect_rate"):
+        assert key in metrics and key in before, key
+        assert 0.0 <= metrics[key] <= 1.0
+    assert metrics["dev/episodes"] == 6 and metrics["dev/success_rate"] == metrics["dev/pass_at_1"]
+    assert len(read_records(paths.coding_benchmark_dev, BenchmarkProblem)) == 4  # coding.benchmark_problems
     logged = read_metrics(paths.root)
     for key in ("train/pass_at_1", "judge/train_ut_accuracy", "data/policy/samples", "heldout/pass_at_1",
-                "bench/ut_accuracy", "bench/detect_rate"):
+                "bench/ut_accuracy", "bench/detect_rate", "dev/success_rate", "dev/bench_ut_accuracy"):
         assert key in logged, f"{key} missing from MLflow; have {sorted(logged)[:30]}"
     assert sorted(logged["train/pass_at_1"]) == [1, 2]
     rollout = {k: done_summary(paths.stage(k, "rollout"))["metrics"]["train/pass_at_1"] for k in (1, 2)}
@@ -204,3 +219,23 @@ def test_rerun_resumes_every_stage_and_changes_no_file(coding_run):
     after = _tree(paths.root)
     assert _diff(before, after) == []
     assert read_metrics(paths.root) == logged
+
+
+def test_judge_best_follows_its_dev_unit_test_accuracy(coding_run):
+    """The coding judge's versions (warm-start = iteration 0, and each trained one) rank by their dev
+    benchmark UT accuracy; the policy's by dev pass@1."""
+    paths, _, _ = coding_run
+    tracker = tracker_for(str(paths.root))
+    assert best_tags("judge")[-1] == "dev.bench_ut_accuracy"
+    for role, rank in (("policy", "dev.success_rate"), ("judge", "dev.bench_ut_accuracy")):
+        versions = {int(v.tags["iteration"]): v for v in tracker.client.search_model_versions(
+            f"name = '{model_name(role)}'")}
+        assert 0 in versions and "dev.bench_balanced_acc" not in versions[0].tags
+        scored = {k: v for k, v in versions.items() if rank in v.tags}
+        # the warm-start and every registered version of an evaluated iteration (a role whose batch was
+        # empty is not trained, so not registered, in that iteration)
+        assert sorted(scored) == [k for k in sorted(versions) if k == 0 or paths.it(k).eval_metrics.is_file()]
+        assert float(scored[0].tags[rank]) == read_json(paths.baseline / "metrics.json")[rank.replace(".", "/", 1)]
+        best = max(scored, key=lambda k: (float(scored[k].tags[rank]), -k))
+        aliases = tracker.client.get_registered_model(model_name(role)).aliases
+        assert str(aliases["best"]) == str(scored[best].version)

@@ -39,7 +39,8 @@ def _command(out: Path, name: str, extra: list[str] | None = None) -> list[str]:
             for arg in ("--set", item)]
     return [sys.executable, "-m", "flows.cli", "run", "--config", str(PROJECT_ROOT / "configs" / "quickstart.yaml"),
             "--set", "environment.heldout_file=null", "--set", "eval.judge_benchmark=null",
-            "--set", "environment.reserved_files=[]", *sets]
+            "--set", "environment.reserved_files=[]", "--set", "eval.dev_file=null",
+            "--set", "eval.dev_judge_benchmark=null", *sets]
 
 
 def _run(out: Path, name: str, fault: str | None = None, delay: float = 0.5, extra: list[str] | None = None,

@@ -1,7 +1,11 @@
 """End to end on micro sizes: the training flow through Prefect (ephemeral test harness), MLflow,
 DVC and the gates. Asserts real effects: parameters changed, metrics logged, outputs versioned, the
-lineage of every registered version, `rla eval` reproducing the logged evaluation, and a corrupted
-batch stopped before any model is updated."""
+lineage of every registered version (the warm-start's of iteration 0 too), `best` chosen on the dev
+scores, `rla eval` reproducing the logged evaluation, and a corrupted batch stopped before any model is
+updated.
+
+The dev split of the micro run is its own held-out tasks (already reserved, so the run trains on what it
+trained on before the dev split existed) and 40 steps of the shipped dev judge benchmark."""
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +18,8 @@ import torch
 
 from flows.rl_iteration import rl_iteration
 from flows.train import evaluate_run, train
-from rla_core.config import DeepSpeedConfig
+from rla_core.config import PROJECT_ROOT, DeepSpeedConfig, load_config
+from rla_core.envs.base import get_environment
 from rla_core.models.factory import load_pretrained
 from rla_core.schemas import Task, TrainingSample, Trajectory
 from tasks.gates import GateFailed
@@ -25,23 +30,39 @@ from tasks.storage import read_records, write_records
 from tasks import versioning
 from tasks.commit import commit
 from tasks.paths import ROLES
-from tasks.storage import read_json
-from tasks.tracking import model_name, read_metrics
-from tasks.tracking_tasks import tracker_for
+from tasks.reproduce import version_start
+from tasks.setup import heldout_tasks
+from tasks.storage import done_summary, read_json
+from tasks.tracking import best_tags, model_name, read_metrics
+from tasks.tracking_tasks import log_evaluation, tracker_for
 from tasks.versioning import config_hash, restore, tracked_hashes
 
 TWO_EVALUATED = ["run.name=micro", "run.iterations=2", "run.eval_every=1"]  # iteration 1 non-final, 2 final
+DEV_BENCHMARK_STEPS = 40
+
+
+def _dev_overrides(out) -> list[str]:
+    return [f"eval.dev_file={out / 'dev.jsonl'}", f"eval.dev_judge_benchmark={out / 'judge_benchmark_dev.jsonl'}"]
+
+
+def _write_dev_split(micro, out) -> None:
+    """The micro run's dev split: its generated held-out tasks and the first steps of the shipped dev benchmark."""
+    cfg = load_config(None, micro + TWO_EVALUATED)
+    write_records(out / "dev.jsonl", heldout_tasks(cfg, get_environment(cfg.environment.name)))
+    lines = (PROJECT_ROOT / "data" / "household" / "judge_benchmark_dev.jsonl").read_text().splitlines()
+    (out / "judge_benchmark_dev.jsonl").write_text("\n".join(lines[:DEV_BENCHMARK_STEPS]) + "\n")
 
 
 @pytest.fixture(scope="module")
 def trained_run(harness, micro, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    result = train(None, micro + [f"run.output_dir={out}"] + TWO_EVALUATED)
+    _write_dev_split(micro, out)
+    result = train(None, micro + [f"run.output_dir={out}"] + TWO_EVALUATED + _dev_overrides(out))
     return RunPaths.of(result["run_dir"])
 
 
 def _overrides(micro, paths):
-    return micro + [f"run.output_dir={paths.root.parent}"] + TWO_EVALUATED
+    return micro + [f"run.output_dir={paths.root.parent}"] + TWO_EVALUATED + _dev_overrides(paths.root.parent)
 
 
 def _versions(paths, role):
@@ -71,9 +92,31 @@ def test_iteration_updates_both_models(trained_run):
 def test_mlflow_run_holds_the_iteration_metrics(trained_run):
     metrics = read_metrics(trained_run.root)
     for key in ("train/success_rate", "judge/train_p_pos", "policy/loss", "time/rollout_s",
-                "heldout/success_rate", "env/slots"):
+                "heldout/success_rate", "env/slots", "dev/success_rate", "dev/bench_balanced_acc"):
         assert key in metrics, f"{key} missing from MLflow; have {sorted(metrics)[:20]}"
     assert 1 in metrics["train/success_rate"]
+
+
+def test_training_run_records_its_float_path(trained_run):
+    tracker = tracker_for(str(trained_run.root))
+    tags = tracker.client.get_run(tracker.run_id).data.tags
+    assert tags["cpu.mkl_cbwr"] == "AVX2" and tags["cpu.model"] and tags["cpu.aten_capability"]
+    assert tags["cpu.torch_threads"] == str(torch.get_num_threads()) and tags["torch.version"] == torch.__version__
+
+
+def test_every_evaluation_scores_the_dev_split(trained_run):
+    """The warm-start's and each in-loop evaluation hold dev/* beside heldout/*, logged at their step."""
+    paths = trained_run
+    logged = read_metrics(paths.root)
+    for k, file in ((0, paths.baseline / "metrics.json"), (1, paths.it(1).eval_metrics), (2, paths.it(2).eval_metrics)):
+        metrics = read_json(file)
+        assert metrics["dev/episodes"] == 4 and 0.0 <= metrics["dev/success_rate"] <= 1.0  # 4 tasks, 1 episode
+        assert metrics["dev/bench_steps"] == DEV_BENCHMARK_STEPS and 0.0 <= metrics["dev/bench_balanced_acc"] <= 1.0
+        assert "heldout/success_rate" in metrics and not any(key.startswith("dev/judge_") for key in metrics)
+        assert logged["dev/success_rate"][k] == metrics["dev/success_rate"]
+        assert logged["dev/bench_balanced_acc"][k] == metrics["dev/bench_balanced_acc"]
+        assert (file.parent / "dev_trajectories.jsonl").is_file() and (file.parent / "dev_benchmark_verdicts.json").is_file()
+    assert read_records(paths.dev, Task) == read_records(paths.heldout, Task)  # the run's copy of eval.dev_file
 
 
 def test_iteration_wall_time_and_orchestration_share_are_logged(trained_run):
@@ -110,8 +153,10 @@ def test_registered_versions_carry_their_lineage(trained_run):
     config = config_hash(run_config(paths.root))
     for role in ROLES:
         versions = _versions(paths, role)
-        assert sorted(versions) == [1, 2]
+        assert sorted(versions) == [0, 1, 2]  # 0: the warm-start (test_warm_start_is_version_0)
         for k, version in versions.items():
+            if k == 0:
+                continue
             it, tags = paths.it(k), version.tags
             data_version = it.complete.read_text().strip()
             assert tags["run"] == "micro" and tags["iteration"] == str(k) and tags["data_version"] == data_version
@@ -120,18 +165,49 @@ def test_registered_versions_carry_their_lineage(trained_run):
             assert tags["dvc.store"] == tracked_hashes(paths.root, [it.store])[paths.rel(it.store)]
             assert tags["dvc.batch"] == hashlib.md5(it.batch(role).read_bytes()).hexdigest()
             assert tags["dvc.model"] == tracked_hashes(paths.root, [it.model(role)])[paths.rel(it.model(role))]
-            assert tags["parent_version"] == ("bootstrap" if k == 1 else str(versions[k - 1].version))
+            assert tags["parent_version"] == str(versions[k - 1].version)  # k = 1: the warm-start's version
             logged = read_json(it.eval_metrics)  # eval_every=1: both iterations evaluated in the loop
             assert float(tags["heldout.success_rate"]) == logged["heldout/success_rate"]
             assert float(tags["heldout.invalid_rate"]) == logged["heldout/invalid_rate"]
+            assert float(tags["dev.success_rate"]) == logged["dev/success_rate"]
+            assert float(tags["dev.bench_balanced_acc"]) == logged["dev/bench_balanced_acc"]
             assert version.run_id == tracker.iteration_run(k)
             run_tags = tracker.client.get_run(version.run_id).data.tags
             assert {key: run_tags[key] for key in ("data_version", "git_commit", "git_dirty", "config_hash")} == {
                 "data_version": data_version, "git_commit": tags["git_commit"], "git_dirty": tags["git_dirty"],
                 "config_hash": config}
+        # `best`: the highest dev score of the role (the policy's success, the judge's benchmark balanced
+        # accuracy), the warm-start included; ties go to the earlier iteration. Held-out is not read.
         aliases = {a: str(v) for a, v in tracker.client.get_registered_model(model_name(role)).aliases.items()}
-        best = max(versions, key=lambda k: (float(versions[k].tags["heldout.success_rate"]), -k))
+        rank = {"policy": "dev.success_rate", "judge": "dev.bench_balanced_acc"}[role]
+        assert best_tags(role)[0] == rank
+        best = max(versions, key=lambda k: (float(versions[k].tags[rank]), -k))
         assert aliases == {"newest": str(versions[2].version), "best": str(versions[best].version)}
+
+
+def test_warm_start_is_version_0(trained_run):
+    """The warm-start of each role is registered as iteration 0 (artifacts on the training run), with the
+    start's data version and lineage and the baseline's held-out and dev metrics as tags; `rla eval` of
+    iteration 0 tags the same version."""
+    paths = trained_run
+    tracker = tracker_for(str(paths.root))
+    baseline = read_json(paths.baseline / "metrics.json")
+    start_version = done_summary(version_start.out_dir(paths))["data_version"]
+    model_md5 = tracked_hashes(paths.root, [paths.bootstrap])[paths.rel(paths.bootstrap)]
+    for role in ROLES:
+        version = _versions(paths, role)[0]
+        tags = version.tags
+        assert tags["run"] == "micro" and tags["iteration"] == "0" and tags["data_version"] == start_version != ""
+        assert tags["parent_version"] == "init" and tags["config_hash"] == config_hash(run_config(paths.root))
+        assert tags["dvc.model"] == model_md5 and version.run_id == tracker.run_id
+        assert float(tags["dev.success_rate"]) == baseline["dev/success_rate"]
+        assert float(tags["dev.bench_balanced_acc"]) == baseline["dev/bench_balanced_acc"]
+        assert float(tags["heldout.success_rate"]) == baseline["heldout/success_rate"]
+        files = {a.path.rsplit("/", 1)[-1] for a in tracker.client.list_artifacts(
+            tracker.run_id, f"checkpoints/{model_name(role)}")}
+        assert "config.json" in files and "model.safetensors" in files
+    tagged = log_evaluation(str(paths.root), 0, baseline)
+    assert tagged == {role: str(_versions(paths, role)[0].version) for role in ROLES}
 
 
 def test_resumed_commit_registers_no_second_version(trained_run):
@@ -151,7 +227,7 @@ def test_rla_eval_reproduces_the_logged_evaluation_and_logs_it(trained_run, micr
     paths = trained_run
     tracker = tracker_for(str(paths.root))
     policy_v1 = _versions(paths, "policy")[1]
-    for key in [key for key in policy_v1.tags if key.startswith("heldout.")]:  # as if evaluated only later
+    for key in [key for key in policy_v1.tags if key.startswith(("heldout.", "dev."))]:  # as if evaluated later
         tracker.client.delete_model_version_tag(model_name("policy"), str(policy_v1.version), key)
     for k in (1, 2):  # 1: an in-loop evaluation without the final passes; 2: the last one, with them
         logged = read_json(paths.it(k).eval_metrics)
@@ -166,6 +242,7 @@ def test_rla_eval_reproduces_the_logged_evaluation_and_logs_it(trained_run, micr
     assert "heldout/judge_p_pos" in read_json(paths.it(2).eval_metrics)
     tags = tracker.client.get_model_version(model_name("policy"), str(policy_v1.version)).tags
     assert float(tags["heldout.success_rate"]) == read_json(paths.it(1).eval_metrics)["heldout/success_rate"]
+    assert float(tags["dev.success_rate"]) == read_json(paths.it(1).eval_metrics)["dev/success_rate"]
 
 
 def _tree_hashes(root, rels):

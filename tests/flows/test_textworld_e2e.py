@@ -58,6 +58,9 @@ TEXTWORLD_MICRO = [o for o in MICRO if o.startswith("models.")] + [
     # a warm-start just long enough that the micro policy answers admissible commands (10 steps: never)
     "bootstrap.policy_steps=60", "bootstrap.lr=0.01", "bootstrap.judge_steps=10", "bootstrap.batch_size=8",
     "eval.episodes_per_task=1", "eval.greedy_at_end=false", "textworld.workers=2",
+    # no dev split: the shipped dev games would be reserved and played (the dev evaluation is the household's
+    # code, tested end to end there and in the coding run)
+    "eval.dev_file=null", "eval.dev_judge_benchmark=null",
     "judge.m=2", "judge.max_new_tokens=16", "train.max_optimizer_steps=2", "train.minibatch_size=64",
 ]
 RUN_STAGES = (seed, init_models, bootstrap, baseline, version_start)

@@ -31,6 +31,33 @@ def test_unknown_key_names_the_key(tmp_path):
         load_config([path])
 
 
+@pytest.mark.parametrize("key, near", [
+    ("rollout.nn", ["rollout.n"]), ("environmnet", ["environment"]), ("judge.mm", ["judge.m"]),
+    ("models.policy.hiden_size", ["models.policy.hidden_size"]), ("rollout.vllm.dtyp", ["rollout.vllm.dtype"]),
+    ("train.deepspeed.zero", ["train.deepspeed.zero_stage"]),  # a prefix of the key
+    ("rollout.lr", ["train.lr", "bootstrap.lr"]),  # in another section
+    ("run.colour", []),
+])
+def test_an_unknown_key_suggests_the_near_ones(key, near):
+    from rla_core.config import close_keys
+
+    assert close_keys(key) == near
+
+
+def test_an_unknown_key_is_one_line_with_its_suggestion_from_set_and_from_a_yaml_file(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=["rollout.nn=4"])
+    assert str(err.value) == "unknown config key 'rollout.nn'; did you mean 'rollout.n'?"
+    (tmp_path / "a.yaml").write_text("rollout:\n  n: 4\n")
+    (tmp_path / "b.yaml").write_text("rollout:\n  n: 4\n  vllm:\n    dtyp: auto\n")
+    with pytest.raises(ConfigError) as err:
+        load_config([tmp_path / "a.yaml", tmp_path / "b.yaml"])
+    assert str(err.value) == (f"{tmp_path / 'b.yaml'}: unknown config key 'rollout.vllm.dtyp'; did you mean "
+                              "'rollout.vllm.dtype'?")
+    with pytest.raises(ConfigError, match="unknown config key 'colour'; `rla config` lists the keys"):
+        load_config(overrides=["colour=red"])
+
+
 def test_bad_value_names_the_key_and_value():
     with pytest.raises(ConfigError, match=r"rollout\.n.*-1"):
         load_config(overrides=["rollout.n=-1"])

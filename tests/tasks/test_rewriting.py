@@ -2,6 +2,7 @@
 samples from, and that the configured prompt mode reaches it."""
 from __future__ import annotations
 
+import json
 import random
 
 from rla_core.adaptation.rewriters import build_rewrite_prompt
@@ -10,6 +11,7 @@ from rla_core.envs.household import HOUSEHOLD
 from rla_core.schemas import CriticFeedback, Task
 from tasks import rewriting
 from tasks.paths import RunPaths
+from tasks.storage import write_json
 from tasks.setup import warm_starts_environment
 
 
@@ -40,6 +42,7 @@ def test_make_rewrite_uses_the_configured_prompt_mode(tmp_path, monkeypatch):
         return lambda prompts: seen.extend(prompts) or ["nothing"] * len(prompts)
 
     monkeypatch.setattr(rewriting, "_llm_generate", fake_llm_generate)
+    write_json(RunPaths.of(tmp_path).reserved, [])
     spec = HOUSEHOLD.generate({"goal_type": "put"}, random.Random(0), 12)
     task = Task(task_id="s-v0", slot_id="s", spec=spec, difficulty=HOUSEHOLD.difficulty(spec))
     for mode in ("compact", "full"):
@@ -49,6 +52,24 @@ def test_make_rewrite_uses_the_configured_prompt_mode(tmp_path, monkeypatch):
                                                                            random.Random(0))
         assert candidate is None and len(log) == cfg.environment.attempts
         assert seen[0] == build_rewrite_prompt(task, "harder", CriticFeedback(), HOUSEHOLD, mode)
+
+
+def test_llm_rewrite_of_reserved_content_is_refused(tmp_path, monkeypatch):
+    """The run's seed/reserved.json reaches the real rewriter: an answer that plays a reserved game is a
+    refused attempt, and the same answer is the candidate when that game is not reserved."""
+    reserved_spec = HOUSEHOLD.generate({"goal_type": "put"}, random.Random(5), 12)
+    monkeypatch.setattr(rewriting, "_llm_generate",
+                        lambda cfg, paths: lambda prompts: [json.dumps(reserved_spec)] * len(prompts))
+    spec = HOUSEHOLD.generate({"goal_type": "put"}, random.Random(0), 12)
+    task = Task(task_id="s-v0", slot_id="s", spec=spec, difficulty=HOUSEHOLD.difficulty(spec))
+    cfg = load_config(overrides=["environment.rewriter=llm", "environment.rewrite_prompt=full"])
+    paths = RunPaths.of(tmp_path)
+    write_json(paths.reserved, [HOUSEHOLD.content_hash(reserved_spec)])
+    candidate, log = rewriting.make_rewrite(cfg, paths)(task, "harder", CriticFeedback(), random.Random(0))
+    assert candidate is None and [a.reserved for a in log] == [True] * cfg.environment.attempts
+    write_json(paths.reserved, [])
+    candidate, log = rewriting.make_rewrite(cfg, paths)(task, "harder", CriticFeedback(), random.Random(0))
+    assert candidate is not None and HOUSEHOLD.content_hash(candidate.spec) == HOUSEHOLD.content_hash(reserved_spec)
 
 
 def test_each_generate_call_has_its_own_deterministic_seed():

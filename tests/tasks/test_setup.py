@@ -56,6 +56,27 @@ def test_heldout_file_and_reserved_games_are_never_in_the_seed_store(tmp_path):
     assert {HOUSEHOLD.content_hash(t.spec) for t in unreserved} & reserved  # the clones did bite
 
 
+def test_dev_split_is_copied_into_the_run_and_reserved(tmp_path):
+    """eval.dev_file and eval.dev_judge_benchmark land in seed/ (what every evaluation scores as dev/*); the
+    dev games are reserved even when environment.reserved_files does not name them."""
+    dev = generate_tasks(HOUSEHOLD, KNOBS, 12, random.Random("0/train"), "dev", set(), 12)  # the slots' own games
+    write_records(tmp_path / "dev.jsonl", dev)
+    bench = [BenchmarkStep(step_id="oracle/d/0/0", task_id="d", source="oracle", goal="g", observation="o",
+                           response=" \\boxed{1}", action="look", next_observation="o", good=True, success=True)]
+    write_records(tmp_path / "bench_dev.jsonl", bench)
+    paths = run_folder(tmp_path, **{"eval.dev_file": tmp_path / "dev.jsonl",
+                                    "eval.dev_judge_benchmark": tmp_path / "bench_dev.jsonl"})
+    summary = seed.run_here(str(paths.root))
+    assert summary["dev"] == 12 and read_records(paths.dev, Task) == dev
+    assert read_records(paths.judge_benchmark_dev, BenchmarkStep) == bench
+    dev_games = {HOUSEHOLD.content_hash(t.spec) for t in dev}
+    assert dev_games <= set(read_json(paths.reserved))
+    seeded = {HOUSEHOLD.content_hash(t.spec) for t in TaskStore.load(paths.seed_store).active_tasks()}
+    assert len(seeded) == 12 and not seeded & dev_games
+    plain = run_folder(tmp_path / "plain")  # no dev split: nothing copied
+    assert seed.run_here(str(plain.root))["dev"] == 0 and not plain.dev.exists() and not plain.judge_benchmark_dev.exists()
+
+
 def test_a_bad_task_file_is_named_with_its_line(tmp_path):
     tasks = generate_tasks(HOUSEHOLD, KNOBS, 3, random.Random("h"), "heldout", set(), 12)
     broken = tasks[1].model_copy(update={"spec": {**tasks[1].spec, "start_room": "attic"}})

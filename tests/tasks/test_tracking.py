@@ -13,6 +13,7 @@ from tasks.tracking import (
     EXPERIMENT_KIND_TAG,
     RUN_ID_FILE,
     Tracker,
+    best_tags,
     experiment_ui_url,
     flatten,
     heldout_tags,
@@ -138,7 +139,8 @@ def test_register_checkpoint_tags_idempotent_and_download(tmp_path, shared_uri):
 
 def test_lineage_tags_resume_and_aliases(tmp_path, shared_uri):
     """Lineage tags are not identity: a resumed registration from another commit returns the same version
-    and keeps its tags; `newest` follows the iteration, `best` the held-out success (ties: earlier)."""
+    and keeps its tags; `newest` follows the iteration, `best` the dev success (ties: earlier).
+    (Before dev selection this test ranked by `heldout.success_rate`; the same cases now carry dev tags.)"""
     tracker = Tracker(tmp_path / "alias", TrackingConfig(mlflow_uri=shared_uri, experiment="alias"), run_name="al")
     model_dir = _tiny_checkpoint(tmp_path / "model")
     name = "rla-alias"
@@ -146,15 +148,15 @@ def test_lineage_tags_resume_and_aliases(tmp_path, shared_uri):
     def register(k, **tags):
         return tracker.register_checkpoint(model_dir, name, iteration=k, data_version=f"d{k}", tags=tags)["version"]
 
-    v1 = register(1, git_commit="aaa", parent_version="bootstrap", **heldout_tags({"heldout/success_rate": 0.25}))
+    v1 = register(1, git_commit="aaa", parent_version="bootstrap", **heldout_tags({"dev/success_rate": 0.25}))
     assert tracker.update_aliases(name) == {"newest": v1, "best": v1}
-    v2 = register(2, git_commit="aaa", parent_version=v1, **heldout_tags({"heldout/success_rate": 0.5}))
-    v3 = register(3, git_commit="aaa", parent_version=v2, **heldout_tags({"heldout/success_rate": 0.5}))  # a tie
+    v2 = register(2, git_commit="aaa", parent_version=v1, **heldout_tags({"dev/success_rate": 0.5}))
+    v3 = register(3, git_commit="aaa", parent_version=v2, **heldout_tags({"dev/success_rate": 0.5}))  # a tie
     v4 = register(4, git_commit="aaa", parent_version=v3)  # not evaluated
     assert tracker.update_aliases(name) == {"newest": v4, "best": v2}
     aliases = tracker.client.get_registered_model(name).aliases
     assert {alias: str(version) for alias, version in aliases.items()} == {"newest": v4, "best": v2}
-    assert tracker.client.get_model_version_by_alias(name, "best").tags["heldout.success_rate"] == "0.5"
+    assert tracker.client.get_model_version_by_alias(name, "best").tags["dev.success_rate"] == "0.5"
 
     # resume: same run/iteration/data_version from another commit -> the same version, its tags kept,
     # missing ones added; the aliases do not move
@@ -166,19 +168,81 @@ def test_lineage_tags_resume_and_aliases(tmp_path, shared_uri):
     assert tracker.find_version(name, 3)["version"] == v3 and tracker.find_version(name, 9) is None
 
     # a later evaluation of iteration 4 (`rla eval`) tags it and moves `best`
-    tracker.set_version_tags(name, v4, heldout_tags({"heldout/success_rate": 0.75, "bench/balanced_acc": 0.6}))
+    tracker.set_version_tags(name, v4, heldout_tags({"dev/success_rate": 0.75, "bench/balanced_acc": 0.6}))
     assert tracker.client.get_model_version(name, v4).tags["bench.balanced_acc"] == "0.6"
     assert tracker.update_aliases(name) == {"newest": v4, "best": v4}
     # a run ranks its own versions only, whatever other runs registered in a shared registry
     other = Tracker(tmp_path / "other", TrackingConfig(mlflow_uri=shared_uri, experiment="alias"), run_name="other")
     other.register_checkpoint(model_dir, name, iteration=7, data_version="d7",
-                              tags=heldout_tags({"heldout/success_rate": 1.0}))
+                              tags=heldout_tags({"dev/success_rate": 1.0}))
     assert tracker.update_aliases(name) == {"newest": v4, "best": v4}
 
 
+def _aliases(tracker, name) -> dict[str, str]:
+    return {alias: str(version) for alias, version in tracker.client.get_registered_model(name).aliases.items()}
+
+
+def test_best_follows_dev_not_heldout_and_warm_start_can_be_best(tmp_path, shared_uri):
+    """`best` ranks by the dev tag even where held-out disagrees; the warm-start is iteration 0's version
+    (its artifacts on the training run) and stays `best` until a later version beats it on dev."""
+    tracker = Tracker(tmp_path / "dev", TrackingConfig(mlflow_uri=shared_uri, experiment="dev"), run_name="dv")
+    model_dir, name = _tiny_checkpoint(tmp_path / "model"), "rla-dev-policy"
+
+    def register(k, dev, heldout):
+        tags = heldout_tags({"dev/success_rate": dev, "heldout/success_rate": heldout})
+        return tracker.register_checkpoint(model_dir, name, iteration=k, data_version=f"d{k}", tags=tags)["version"]
+
+    v0 = register(0, dev=0.4, heldout=0.1)
+    version = tracker.client.get_model_version(name, v0)
+    assert version.run_id == tracker.run_id and version.tags["iteration"] == "0"
+    assert tracker.update_aliases(name, best_tags("policy")) == {"newest": v0, "best": v0}
+    v1 = register(1, dev=0.3, heldout=0.9)  # better on held-out, worse on dev: not `best`
+    v2 = register(2, dev=0.4, heldout=0.8)  # a dev tie with the warm-start: the earlier stays
+    assert tracker.update_aliases(name, best_tags("policy")) == {"newest": v2, "best": v0}
+    assert _aliases(tracker, name) == {"newest": v2, "best": v0}
+    assert tracker.client.get_model_version(name, v1).tags["heldout.success_rate"] == "0.9"  # kept to read
+    v3 = register(3, dev=0.45, heldout=0.0)  # better on dev, worst on held-out: `best`
+    assert tracker.update_aliases(name, best_tags("policy")) == {"newest": v3, "best": v3}
+
+
+def test_judge_best_follows_its_own_dev_score(tmp_path, shared_uri):
+    """The judge's `best` ranks by its dev benchmark score (balanced accuracy; coding: UT accuracy), not by
+    the policy's success, which its versions carry too."""
+    tracker = Tracker(tmp_path / "judge", TrackingConfig(mlflow_uri=shared_uri, experiment="judge"), run_name="jd")
+    model_dir = _tiny_checkpoint(tmp_path / "model")
+    for name, bench in (("rla-dev-judge", "dev/bench_balanced_acc"), ("rla-dev-judge-coding", "dev/bench_ut_accuracy")):
+        versions = [tracker.register_checkpoint(model_dir, name, iteration=k, data_version=f"{name}{k}",
+                                                tags=heldout_tags({"dev/success_rate": policy, bench: judge,
+                                                                   "heldout/success_rate": 1.0 - k / 4}))["version"]
+                    for k, (policy, judge) in enumerate([(0.2, 0.6), (0.9, 0.55), (0.3, 0.7)])]
+        assert tracker.update_aliases(name, best_tags("judge")) == {"newest": versions[2], "best": versions[2]}
+        assert tracker.update_aliases(name, best_tags("policy"))["best"] == versions[1]  # the policy's rule differs
+    assert best_tags("policy") == ("dev.success_rate",)
+
+
+def test_best_needs_a_dev_score(tmp_path, shared_uri):
+    """Without a dev tag no version is `best`: never a held-out fallback, and a `best` an older rule left on
+    this run's versions is removed; another run's `best` is left alone."""
+    tracker = Tracker(tmp_path / "nodev", TrackingConfig(mlflow_uri=shared_uri, experiment="nodev"), run_name="nd")
+    model_dir, name = _tiny_checkpoint(tmp_path / "model"), "rla-nodev"
+    v1 = tracker.register_checkpoint(model_dir, name, iteration=1, data_version="d1",
+                                     tags=heldout_tags({"heldout/success_rate": 0.9}))["version"]
+    tracker.client.set_registered_model_alias(name, "best", v1)  # as chosen by held-out before
+    assert tracker.update_aliases(name, best_tags("policy")) == {"newest": v1}
+    assert _aliases(tracker, name) == {"newest": v1}
+    other = Tracker(tmp_path / "nodev2", TrackingConfig(mlflow_uri=shared_uri, experiment="nodev"), run_name="nd2")
+    v2 = other.register_checkpoint(model_dir, name, iteration=1, data_version="d1",
+                                   tags=heldout_tags({"dev/success_rate": 0.1}))["version"]
+    assert other.update_aliases(name, best_tags("policy")) == {"newest": v2, "best": v2}
+    assert tracker.update_aliases(name, best_tags("policy")) == {"newest": v1}
+    assert _aliases(tracker, name) == {"newest": v1, "best": v2}
+
+
 def test_heldout_tags_round_trip():
-    tags = heldout_tags({"heldout/success_rate": 1 / 3, "bench/p_pos": 0.5, "heldout/episodes": 8, "note": "x"})
-    assert tags == {"heldout.success_rate": repr(1 / 3), "bench.p_pos": "0.5", "heldout.episodes": "8.0"}
+    tags = heldout_tags({"heldout/success_rate": 1 / 3, "bench/p_pos": 0.5, "heldout/episodes": 8, "note": "x",
+                         "dev/bench_balanced_acc": 0.75})
+    assert tags == {"heldout.success_rate": repr(1 / 3), "bench.p_pos": "0.5", "heldout.episodes": "8.0",
+                    "dev.bench_balanced_acc": "0.75"}
     assert float(tags["heldout.success_rate"]) == 1 / 3
 
 

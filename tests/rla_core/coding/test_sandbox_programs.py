@@ -196,6 +196,31 @@ def test_cli_prints_one_verdict_line(tmp_path, capsys):
     assert "stdin file not found" in capsys.readouterr().err
 
 
+def test_cli_needs_no_stdin_and_exits_nonzero_unless_the_verdict_is_ok(tmp_path, capsys):
+    """Exit 0 = ok; 1 = any other verdict (a wrong answer with --expect, a timeout, a crash); 2 = user error."""
+    from flows.cli import main
+
+    def run(source: str, *extra: str) -> tuple[int, dict]:
+        (tmp_path / "p.py").write_text(source)
+        code = main(["sandbox", "run", str(tmp_path / "p.py"), *extra])
+        return code, json.loads(capsys.readouterr().out)
+
+    (tmp_path / "out.txt").write_text("6\n")
+    code, verdict = run("print(6)\n")  # reads nothing: no --stdin needed
+    assert (code, verdict["status"], verdict["stdout"]) == (0, "ok", "6\n")
+    assert run("import sys\nprint(repr(sys.stdin.read()))\n")[1]["stdout"] == "''\n"  # empty stdin
+    assert run("print(6)\n", "--expect", str(tmp_path / "out.txt"))[0] == 0
+    code, verdict = run("print(7)\n", "--expect", str(tmp_path / "out.txt"))
+    assert (code, verdict["status"]) == (1, "wrong")
+    code, verdict = run("while True:\n    pass\n", "--timeout", "0.5")
+    assert (code, verdict["status"], verdict["passed"]) == (1, "timeout", False)
+    assert run("raise SystemExit(3)\n")[0] == 1
+    with pytest.raises(SystemExit):
+        main(["sandbox", "run", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "exit codes: 0 = verdict ok" in help_text and "1 = any other verdict" in help_text
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the copy is only made for root")
 def test_bwrap_under_a_private_folder_runs_from_a_root_owned_copy(tmp_path, monkeypatch):
     """A venv under /root (mode 700) is out of uid 65534's reach: the sandbox runs a copy of the wheel's
