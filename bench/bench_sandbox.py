@@ -1,4 +1,4 @@
-"""Throughput of the program sandbox (rla_core/coding/sandbox.py): program × test executions per second.
+"""Throughput of the program sandbox (rla_core/envs/coding/sandbox.py): program × test executions per second.
 
 Usage: python bench/bench_sandbox.py [--programs 48] [--tests 6] [--out bench/results/sandbox.json]
 
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rla_core.coding.sandbox import PYTHON, Limits, Sandbox, TestCase, normalise_output
+from rla_core.envs.coding.sandbox import PYTHON, Limits, Sandbox, TestCase, normalise_output
 
 PROGRAMS = {
     "correct": "n = int(input())\nprint(sum(range(n + 1)))\n",

@@ -23,7 +23,7 @@ from rla_core.config import load_config  # noqa: E402
 from rla_core.envs.textworld.family import TEXTWORLD  # noqa: E402
 from rla_core.judge.benchmark import random_chooser, scripted_trajectory  # noqa: E402
 from tasks.game_eval import wilson  # noqa: E402
-from tasks.setup import load_task_file  # noqa: E402
+from tasks.settings.episodic import load_task_file  # noqa: E402
 
 
 def main() -> None:

@@ -7,12 +7,14 @@ import json
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
 from flows.sandbox_cmd import EXIT_CODES as SANDBOX_EXIT_CODES
 from rla_core.errors import BadValue, MissingFile
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
-FLOW_COMMANDS = ("quickstart", "run", "seed", "bootstrap", "eval", "ablation", "data", "reproduce", "bench")
 SET_HELP = "override one config key, e.g. --set rollout.n=8 (repeatable; `rla config` lists the keys)"
 
 
@@ -190,11 +192,13 @@ def _eval_sources(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         return args.config, args.overrides
     if args.config:
         raise BadValue("rla eval takes --run DIR or --config FILE, not both")
+    from tasks.paths import CONFIG_FILE  # pydantic and the config: not at --help
+
     root = Path(args.run).resolve()
-    if not (root / "config.yaml").exists():
+    if not (root / CONFIG_FILE).exists():
         raise MissingFile(f"no run at {args.run} (no config.yaml there); give a run folder `rla run` wrote")
     where = [f"run.output_dir={json.dumps(str(root.parent))}", f"run.name={json.dumps(root.name)}"]
-    return [str(root / "config.yaml")], [*args.overrides, *where]
+    return [str(root / CONFIG_FILE)], [*args.overrides, *where]
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -208,41 +212,61 @@ def _eval(args: argparse.Namespace) -> int:
     return commands.evaluate(configs, overrides, args.iteration, args.out)
 
 
-def _dispatch(args: argparse.Namespace) -> int:
-    from flows import commands, config_cmd  # imported after the environment is set
+def _commands():
+    from flows import commands  # imported after the environment is set
 
-    if args.command == "sandbox":
-        from flows.sandbox_cmd import sandbox_run
+    return commands
 
-        return sandbox_run(args.program, args.stdin, args.expect, args.timeout)
-    if args.command == "bench":
-        return _bench(args)
-    if args.command == "ui":
-        return commands.ui(args.run, args.port)
-    if args.command == "deploy":
-        return commands.deploy(args.gpu_pool_type, args.gpu_slots, args.names)
-    if args.command == "worker":
-        return commands.worker(args.pool, args.limit, args.name)
-    if args.command == "restore":
-        return commands.restore(args.run, args.iteration, args.remote, args.into)
-    if args.command == "reproduce":
-        return commands.reproduce(args.run, args.iteration, args.remote, args.into)
-    if args.command == "config":
-        return config_cmd.show_config(args.config or [], args.overrides)
-    if args.command == "data":
-        return commands.build_data(args.config or [str(QUICKSTART)], args.overrides, args.out)
-    if args.command == "eval":
-        return _eval(args)
-    configs = args.config or ([str(QUICKSTART)] if args.command in ("quickstart", "ablation") else [])
+
+def _configs(args: argparse.Namespace, default: bool = False) -> list[str]:
+    """--config files; the quickstart's config when the command has it as its default."""
+    configs = args.config or ([str(QUICKSTART)] if default else [])
     if not configs:
         raise BadValue(f"rla {args.command} needs --config FILE")
-    if args.command == "seed":
-        return commands.seed(configs, args.overrides, args.out)
-    if args.command == "bootstrap":
-        return commands.prepare(configs, args.overrides, args.out)
-    if args.command == "ablation":
-        return commands.run_ablation(configs, args.overrides, args.seeds, args.rows, args.name, args.out)
-    return commands.run(configs, args.overrides, args.out)
+    return configs
+
+
+def _config(args: argparse.Namespace) -> int:
+    from flows import config_cmd
+
+    return config_cmd.show_config(args.config or [], args.overrides)
+
+
+def _sandbox(args: argparse.Namespace) -> int:
+    from flows.sandbox_cmd import sandbox_run
+
+    return sandbox_run(args.program, args.stdin, args.expect, args.timeout)
+
+
+@dataclass(frozen=True)
+class Command:
+    run: Callable[[argparse.Namespace], int]
+    flow: bool = False  # runs Prefect flows: the reaper stops their server should this process die
+
+
+# The one table of commands: `rla <name>` runs COMMANDS[name] (its arguments: _parser).
+COMMANDS: dict[str, Command] = {
+    "quickstart": Command(lambda a: _commands().run(_configs(a, default=True), a.overrides, a.out), flow=True),
+    "run": Command(lambda a: _commands().run(_configs(a), a.overrides, a.out), flow=True),
+    "seed": Command(lambda a: _commands().seed(_configs(a), a.overrides, a.out), flow=True),
+    "bootstrap": Command(lambda a: _commands().prepare(_configs(a), a.overrides, a.out), flow=True),
+    "ablation": Command(lambda a: _commands().run_ablation(_configs(a, default=True), a.overrides, a.seeds, a.rows,
+                                                           a.name, a.out), flow=True),
+    "eval": Command(_eval, flow=True),
+    "data": Command(lambda a: _commands().build_data(_configs(a, default=True), a.overrides, a.out), flow=True),
+    "reproduce": Command(lambda a: _commands().reproduce(a.run, a.iteration, a.remote, a.into), flow=True),
+    "bench": Command(_bench, flow=True),
+    "restore": Command(lambda a: _commands().restore(a.run, a.iteration, a.remote, a.into)),
+    "config": Command(_config),
+    "ui": Command(lambda a: _commands().ui(a.run, a.port)),
+    "deploy": Command(lambda a: _commands().deploy(a.gpu_pool_type, a.gpu_slots, a.names)),
+    "worker": Command(lambda a: _commands().worker(a.pool, a.limit, a.name)),
+    "sandbox": Command(_sandbox),
+}
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    return COMMANDS[args.command].run(args)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -260,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from flows.commands import USER_ERRORS
 
-    if args.command in FLOW_COMMANDS:
+    if COMMANDS[args.command].flow:
         from flows import reaper
 
         reaper.start()  # stops the Prefect server & co. should this process die without unwinding

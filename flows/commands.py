@@ -11,36 +11,11 @@ from rla_core.config import ConfigError, load_config
 from rla_core.errors import MissingFile, UserError
 from tasks.paths import RunPaths, run_config
 from tasks.runlock import hold
+from tasks.settings import setting_for
 from tasks.storage import done_summary, is_done, write_text
 
 # Mistakes a user can fix print as one line; anything else is a bug and keeps its traceback.
 USER_ERRORS = (UserError,)
-
-ROWS = [
-    ("held-out success (sampled)", "heldout/success_rate"),
-    ("held-out success (greedy)", "heldout_greedy/success_rate"),
-    ("held-out mean steps", "heldout/mean_steps"),
-    ("held-out invalid answers", "heldout/invalid_rate"),
-    ("judge benchmark p+", "bench/p_pos"),
-    ("judge benchmark p-", "bench/p_neg"),
-    ("judge benchmark bal. acc", "bench/balanced_acc"),
-    ("judge on episodes mu", "heldout/judge_mu"),
-    ("dev success (sampled)", "dev/success_rate"),  # what `best` is chosen by
-    ("judge dev bench bal. acc", "dev/bench_balanced_acc"),
-]
-
-ROWS_CODING = [
-    ("held-out pass@1 (sampled)", "heldout/pass_at_1"),
-    ("held-out pass@1 (greedy)", "heldout_greedy/pass_at_1"),
-    ("held-out GT pass ratio", "heldout/pass_ratio"),
-    ("held-out crash rate", "heldout/crash_rate"),
-    ("judge bench UT accuracy", "bench/ut_accuracy"),
-    ("judge bench detect rate", "bench/detect_rate"),
-    ("judge on programs UT acc", "heldout/judge_ut_accuracy"),
-    ("judge on programs detect", "heldout/judge_detect_rate"),
-    ("dev pass@1 (sampled)", "dev/pass_at_1"),  # what `best` is chosen by
-    ("judge dev bench UT acc", "dev/bench_ut_accuracy"),
-]
 
 
 def run_folder(cfg) -> Path:
@@ -61,7 +36,7 @@ def metric_rows(rows: list[tuple[str, str]], before: dict, after: dict) -> list[
 def summary_table(run_dir: str) -> str:
     """Before (warm-start) vs after (last evaluated iteration) on the held-out tasks (and the dev split),
     plus the per-iteration train success rate and task-store counts."""
-    from flows.rl_iteration import ITERATION  # the stages, for their timers (imports Prefect: not at --help)
+    from tasks.pipeline import ITERATION  # the stages, for their timers (imports Prefect: not at --help)
 
     paths = RunPaths.of(run_dir)
     before = json.loads((paths.baseline / "metrics.json").read_text())
@@ -69,8 +44,7 @@ def summary_table(run_dir: str) -> str:
     after = json.loads(paths.it(evaluated[-1]).eval_metrics.read_text()) if evaluated else {}
     lines = [f"{'metric':28s} {'before':>8s} {'after':>8s}",
              f"{'episodes':28s} {before.get('heldout/episodes', 0):8.0f} {after.get('heldout/episodes', 0):8.0f}"]
-    rows = ROWS_CODING if run_config(run_dir).environment.name == "coding" else ROWS
-    lines += metric_rows(rows, before, after)
+    lines += metric_rows(setting_for(run_config(run_dir)).summary_rows, before, after)
     lines.append("")
     lines.append(f"{'iteration':>9s} {'train succ':>10s} {'policy n':>8s} {'judge n':>8s} {'accepted':>8s} "
                  f"{'proposed':>8s} {'seconds':>8s}")
@@ -197,8 +171,8 @@ def build_data(configs: list[str], overrides: list[str], out: str | None) -> int
     cfg = load_config(configs, overrides)
     folder = Path(out) if out else PROJECT_ROOT / "data" / cfg.environment.name
     folder.mkdir(parents=True, exist_ok=True)
-    if cfg.environment.name == "coding":  # problem files only: the judge benchmark is built at seed time
-        files = datasets.build_coding_files(cfg, folder)
+    files = setting_for(cfg).build_data_files(cfg, folder)
+    if files is not None:  # problem files only (coding: the judge benchmark is built at seed time)
         command = "rla data build " + " ".join([f"--config {c}" for c in configs] + [f"--set {o}" for o in overrides])
         print(json.dumps(datasets.write_manifest(folder, files, command, ""), indent=2))
         return 0
@@ -292,7 +266,7 @@ def reproduce(run_dir: str, iteration: int, remote: str | None, into: str | None
     from pathlib import Path
 
     from tasks.reproduce import report_lines
-    from tasks.reproduce import reproduce as redo
+    from tasks.rerun import reproduce as redo
 
     result = redo(Path(run_dir), iteration, remote, Path(into) if into else None)
     diffs = result["diffs"]

@@ -1,22 +1,14 @@
-"""One RL iteration as one Prefect flow run (docs/design.md, "The loop"): the recipe below is the only
-list of the iteration's stages; everything else (routing, the summary table, a routed stage's flow)
-reads it from here."""
+"""One RL iteration as one Prefect flow run (docs/design.md, "The loop"): the stages of
+tasks/pipeline.py:ITERATION in order."""
 from __future__ import annotations
 
 from prefect import flow
 
 from flows.routing import StageRunner
-from tasks.commit import commit
-from tasks.evaluation import evaluate
-from tasks.iteration import adapt, data, judge, rollout, select
-from tasks.stage import Stage
+from tasks.pipeline import ITERATION
 from tasks.tracking_tasks import IterationLog
-from tasks.training import train_judge, train_policy
-from tasks.validate import validate
 
-# validate raises on a failed gate (after logging its report), so no model is updated on bad data.
-ITERATION: tuple[Stage, ...] = (select, rollout, judge, adapt, data, validate, train_policy, train_judge,
-                                evaluate, commit)
+__all__ = ["ITERATION", "rl_iteration"]
 
 
 @flow(name="rl-iteration", flow_run_name="iteration-{iteration}", log_prints=True)

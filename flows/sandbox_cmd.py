@@ -1,5 +1,5 @@
 """`rla sandbox run PROGRAM [--stdin FILE] [--expect FILE] [--timeout S]`: one program on one input (empty
-without --stdin) in the program sandbox (rla_core/coding/sandbox.py); prints the verdict as one JSON line.
+without --stdin) in the program sandbox (rla_core/envs/coding/sandbox.py); prints the verdict as one JSON line.
 Exit codes: EXIT_CODES (shown in the command's help)."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _read(path: str, what: str) -> str:
 
 def sandbox_run(program: str, stdin: str | None, expect: str | None, timeout: float | None) -> int:
     """Run `program` on the `stdin` file (None: empty input), print its verdict; 0 when it is ok, else 1."""
-    from rla_core.coding.sandbox import Limits, Sandbox
+    from rla_core.envs.coding.sandbox import Limits, Sandbox
 
     source = _read(program, "program")
     given = _read(stdin, "stdin") if stdin is not None else ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.rl_iteration import ITERATION
+from tasks.pipeline import ITERATION
 from tasks.paths import RunPaths
 from tasks.storage import write_text
 from rla_core.errors import UnknownName

@@ -15,13 +15,13 @@ from rla_core.config import Config, ConfigError, config_to_yaml, load_config, lo
 from rla_core.errors import BadValue
 from tasks.commit import register_start
 from tasks.object_store import open_store
-from tasks.paths import RunPaths
+from tasks.paths import CONFIG_FILE, RunPaths
 from tasks.reproduce import version_start
 from tasks.runlock import hold
 from tasks.setup import bootstrap, init_models, seed
 from tasks.storage import done_summary, write_text
 from tasks.tracking import TrackingUnavailable
-from tasks.tracking_tasks import close_training_run, log_baseline, log_evaluation, open_training_run
+from tasks.tracking_tasks import close_training_run, log_baseline, log_evaluation, log_overview, open_training_run
 from tasks.evaluation import baseline, evaluate_checkpoint
 
 
@@ -46,7 +46,7 @@ def prepare_run_dir(cfg: Config) -> str:
     paths = RunPaths.of(Path(cfg.run.output_dir) / cfg.run.name)
     store = open_store(cfg, paths.root)
     store.check()  # a missing bucket or bad credentials fail here, before any work
-    if store.pull_file("config.yaml") and (refusal := run_mismatch(str(paths.root), load_run_config(paths.config), cfg)):
+    if store.pull_file(CONFIG_FILE) and (refusal := run_mismatch(str(paths.root), load_run_config(paths.config), cfg)):
         raise ConfigError(refusal)
     paths.root.mkdir(parents=True, exist_ok=True)
     text = config_to_yaml(cfg)  # stages read the run's config from here (run.iterations: the last iteration)
@@ -109,6 +109,7 @@ def train(config_files: list[str] | None = None, overrides: list[str] | None = N
         except Exception:
             _mark_failed(run_dir)
             raise
+        log_overview(run_dir)
         close_training_run(run_dir)
         return {"run_dir": run_dir, "baseline": baseline, "iterations": per_iteration}
 
@@ -131,6 +132,7 @@ def iterate(config_files: list[str] | None = None, overrides: list[str] | None =
         except Exception:
             _mark_failed(run_dir)
             raise
+        log_overview(run_dir)
         close_training_run(run_dir)
         return {"run_dir": run_dir, "iteration": k, "metrics": metrics}
 

@@ -77,12 +77,13 @@ def policy_prompts(run_dir: Path, count: int, tokenizer: Any) -> tuple[list[list
     from rla_core.rollout.prompts import policy_prompt
     from tasks.common import bind_environment
     from tasks.paths import RunPaths, run_config
+    from tasks.settings import setting_for
 
     cfg = run_config(run_dir)
     bind_environment(cfg, run_dir)
-    if cfg.environment.name == "coding":
+    if not setting_for(cfg).episodic:
         raise BadValue("the bench uses a game run's policy prompts (e.g. runs/quickstart); "
-                       f"{run_dir} is a coding run")
+                       f"{run_dir} is a {cfg.environment.name} run")
     family = get_environment(cfg.environment.name)
     tasks = TaskStore.load(RunPaths.of(run_dir).seed_store).active_tasks()
     if not tasks:

@@ -65,7 +65,7 @@ def _point(base: Path, run_name: str, scratch: Path, key: str, value: int, cfg: 
     point = scratch / f"{key.replace('.', '_').replace('*', 'x')}-{value}"
     shutil.copytree(base, point, symlinks=True)
     run_dir = point / run_name
-    config_file = run_dir / "config.yaml"
+    config_file = RunPaths.of(run_dir).config
     tree = yaml.safe_load(config_file.read_text())
     tree["run"]["output_dir"] = str(point)
     if key == "models.*.hidden_size":

@@ -26,7 +26,8 @@ from tasks.reproduce import START, publish_iteration_record, version_start
 from tasks.report import iteration_report, render_html, render_text
 from tasks.stage import stage
 from tasks.storage import done_summary, is_done, read_json, write_text
-from tasks.tracking import Tracker, best_tags, heldout_tags, model_name
+from tasks.model_registry import best_tags, heldout_tags, lineage_description, model_name
+from tasks.tracking import Tracker
 from tasks.tracking_tasks import TRACK, tracker_for
 from tasks.versioning import (config_hash, data_version, git_state, init_run_repo, track, tracked_file_hash,
                               tracked_hashes)
@@ -104,8 +105,9 @@ def commit(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
             model_dir = paths.root / update["model_dir"]
             tags = {**lineage, **(dvc_tags(paths, k, role, model_dir) if cfg.versioning.dvc else {}),
                     "parent_version": parent_version(paths, tracker, k, role), **heldout}
-            registered[role] = tracker.register_checkpoint(model_dir, model_name(role), iteration=k,
-                                                           data_version=version, tags=tags)
+            registered[role] = tracker.register_checkpoint(
+                model_dir, model_name(role), iteration=k, data_version=version, tags=tags,
+                description=lineage_description(role, k, version, tags))
             if registered[role] is not None:
                 tracker.update_aliases(model_name(role), best_tags(role))
     if cfg.versioning.dvc:  # before COMPLETE: a record that failed to publish is retried with the stage
@@ -142,8 +144,9 @@ def register_start(run_dir: str) -> dict[str, dict | None]:
     tracker, tags = tracker_for(run_dir), start_tags(paths, cfg)
     registered: dict[str, dict | None] = {}
     for role in ROLES:
-        registered[role] = tracker.register_checkpoint(paths.bootstrap / role, model_name(role), iteration=START,
-                                                       data_version=version, tags=tags)
+        registered[role] = tracker.register_checkpoint(
+            paths.bootstrap / role, model_name(role), iteration=START, data_version=version, tags=tags,
+            description=lineage_description(role, START, version, tags))
         if registered[role] is not None:
             tracker.update_aliases(model_name(role), best_tags(role))
     return registered

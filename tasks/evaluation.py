@@ -9,84 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from rla_core.config import Config
-from rla_core.judge.benchmark import BenchmarkStep, score_benchmark
-from rla_core.rollout.base import SamplingParams
-from rla_core.rollout.runner import rollout_metrics
-from rla_core.schemas import Task
-from tasks.common import eval_seed, progress_bar
-from tasks.engines import engine_for, judge_all, rollout_tasks
+from tasks.common import eval_seed
 from tasks.paths import RunPaths
+from tasks.settings import setting_for
 from tasks.stage import stage
-from tasks.storage import done_summary, is_done, read_records, write_json, write_records
+from tasks.storage import done_summary, is_done
 
 
 def evaluate_models(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
                     seed: int, final: bool = True) -> dict[str, float]:
-    """Held-out success rate of a policy (eval.episodes_per_task episodes per task at eval.temperature),
-    the judge on the fixed benchmark steps (`bench/*`) and, when `final` (the warm-start and the last
-    evaluation): the greedy policy (`heldout_greedy/*`, with eval.greedy_at_end) and p₊/p₋ of the judge
-    on the policy's held-out episodes (`heldout/judge_*`: a moving target, beside the benchmark); at every
-    evaluation the dev split too (`dev/*`, evaluate_dev). The coding setting: held-out and dev pass@1 and
-    the judge's unit tests (tasks/coding.py)."""
-    from tasks import coding
-
-    if coding.is_coding(cfg):
-        return coding.evaluate_models(paths, cfg, policy_dir, judge_dir, out, seed, final)
-    tasks = read_records(paths.heldout, Task)
-    trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.episodes_per_task,
-                                    cfg.eval.temperature, seed, "held-out eval")
-    write_records(out / "heldout_trajectories.jsonl", trajectories)
-    metrics = {f"heldout/{n}": v for n, v in rollout_metrics(trajectories).items()}
-    if final and cfg.eval.greedy_at_end and cfg.eval.temperature > 0:
-        greedy, _ = rollout_tasks(paths, cfg, tasks, policy_dir, 1, 0.0, seed, "held-out eval (greedy)")
-        metrics.update({f"heldout_greedy/{n}": v for n, v in rollout_metrics(greedy).items()})
-    if final:
-        _, judge_metrics = judge_all(paths, cfg, trajectories, judge_dir, seed, "held-out judge", cfg.eval.judge_m)
-        metrics.update({f"heldout/judge_{n}": v for n, v in judge_metrics.items()})
-    metrics["heldout/episodes"] = float(len(trajectories))
-    if paths.judge_benchmark.is_file():
-        scores = score_judge_benchmark(paths, cfg, judge_dir, paths.judge_benchmark, out / "benchmark_verdicts.json",
-                                       seed, cfg.eval.benchmark_m)
-        metrics.update({f"bench/{n}": v for n, v in scores.items()})
-    metrics.update(evaluate_dev(paths, cfg, policy_dir, judge_dir, out, seed))
-    write_json(out / "metrics.json", metrics)
-    return metrics
-
-
-def evaluate_dev(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
-                 seed: int) -> dict[str, float]:
-    """The dev-split scores that model selection reads, at every evaluation: the policy's success on the
-    dev tasks (`dev/*`: eval.dev_episodes_per_task episodes per task at eval.temperature; no greedy pass)
-    and the judge on the dev benchmark (`dev/bench_*`, eval.dev_benchmark_m verdicts per step). {} when no
-    dev split is configured."""
-    metrics: dict[str, float] = {}
-    if cfg.eval.dev_file:
-        tasks = read_records(paths.dev, Task)
-        trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.dev_episodes_per_task,
-                                        cfg.eval.temperature, seed, "dev eval")
-        write_records(out / "dev_trajectories.jsonl", trajectories)
-        metrics.update({f"dev/{n}": v for n, v in rollout_metrics(trajectories).items()})
-        metrics["dev/episodes"] = float(len(trajectories))
-    if cfg.eval.dev_judge_benchmark:
-        scores = score_judge_benchmark(paths, cfg, judge_dir, paths.judge_benchmark_dev,
-                                       out / "dev_benchmark_verdicts.json", seed, cfg.eval.dev_benchmark_m,
-                                       "dev judge benchmark")
-        metrics.update({f"dev/bench_{n}": v for n, v in scores.items()})
-    return metrics
-
-
-def score_judge_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, benchmark: Path, verdicts_file: Path,
-                          seed: int, m: int, desc: str = "judge benchmark") -> dict[str, float]:
-    """m verdicts of the judge in `judge_dir` on every step of a judge benchmark file (the run's copy of
-    the held-out or the dev one); the verdicts go to `verdicts_file`."""
-    steps = read_records(benchmark, BenchmarkStep)
-    engine, tokenizer = engine_for(cfg, paths.root, "judge", judge_dir, cfg.judge.batch_size)
-    params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
-    with progress_bar(len(steps) * m, desc, unit="verdict") as bar:
-        verdicts, metrics = score_benchmark(engine, tokenizer, steps, m, params, cfg.rollout.history_turns,
-                                            progress=bar.update)
-    write_json(verdicts_file, {s.step_id: v for s, v in zip(steps, verdicts)})
-    return metrics
+    """The run's setting's evaluation (tasks/settings/): `heldout/*` (and, when `final`, the greedy policy
+    and the judge on the policy's own held-out rollouts), `bench/*` and `dev/*`; out/metrics.json."""
+    return setting_for(cfg).evaluate_models(paths, cfg, policy_dir, judge_dir, out, seed, final)
 
 
 @stage(scope="run", folder="baseline")

@@ -14,7 +14,6 @@ balanced accuracy and p+/p-) are written to eval/games-<name>/iter_<k>/ and logg
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import time
 from pathlib import Path
@@ -27,24 +26,12 @@ from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import Task
 from tasks.common import bind_environment, eval_seed, progress_bar
 from tasks.engines import engine_for, rollout_tasks
-from tasks.paths import RunPaths
+from rla_core.stats import wilson
+from tasks.paths import RunPaths, iteration_folder
 from tasks.storage import write_json, write_records
 
-Z = 1.959964  # two-sided 95 % normal quantile
 # benchmark_metrics key -> the name in the games table (p+ = a good step judged good, p- = a bad one judged bad)
 JUDGE_KEYS = {"balanced_acc": "balanced_acc", "p_pos": "p_plus", "p_neg": "p_minus", "mu": "mu"}
-
-
-def wilson(successes: int, n: int) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a success rate (0, 0 for n = 0)."""
-    if n == 0:
-        return 0.0, 0.0
-    p = successes / n
-    centre = (p + Z * Z / (2 * n)) / (1 + Z * Z / n)
-    half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / (1 + Z * Z / n)
-    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends, not 1e-17 off
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return low, high
 
 
 def collect_games(folder: Path) -> list[tuple[str, Path]]:
@@ -128,7 +115,7 @@ def evaluate_games(cfg: Config, run_dir: str | Path, iteration: int, games_dir: 
             **{f"judge_{name}": judged[key] for key, name in JUDGE_KEYS.items() if key in judged},
         }
     slug = _slug(games_dir)
-    out = paths.root / "eval" / f"games-{slug}" / f"iter_{iteration:04d}"
+    out = paths.root / "eval" / f"games-{slug}" / iteration_folder(iteration)
     out.mkdir(parents=True, exist_ok=True)
     write_records(out / "trajectories.jsonl", trajectories)
     table = render_table(rows)

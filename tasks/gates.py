@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 from pydantic import BaseModel
 
-from rla_core.coding.problems import MAX_IO_CHARS, CodingSpec
+from rla_core.envs.coding.problems import MAX_IO_CHARS, CodingSpec
 from rla_core.errors import UserError
 from rla_core.schemas import Slot, Task, TrainingSample, Trajectory
 from tasks.storage import json_safe

@@ -24,10 +24,10 @@ from rla_core.config import Config, StorageConfig
 from rla_core.errors import UserError
 from rla_core.fileio import atomic_file
 from rla_core.registry import Registry
-from tasks.paths import COMPLETE, run_config
+from tasks.paths import COMPLETE, CONFIG_FILE, ITERATIONS, RUN_ID_FILE, parse_iteration, run_config
 from tasks.storage import DONE_MARKER, done_summary, is_done
 
-RUN_FILES = ("config.yaml", "mlflow_run_id.txt")  # the id lets another machine re-attach to the MLflow run
+RUN_FILES = (CONFIG_FILE, RUN_ID_FILE)  # the id lets another machine re-attach to the MLflow run
 CARRIED_STAGES = ("adapt", "train_policy", "train_judge")  # what later iterations read (store, models)
 
 
@@ -282,8 +282,8 @@ class S3Store:
 
 def _iteration_of(folder: str) -> int | None:
     parts = folder.split("/")
-    if len(parts) == 3 and parts[0] == "iterations" and parts[1].startswith("iter_"):
-        return int(parts[1].removeprefix("iter_"))
+    if len(parts) == 3 and parts[0] == ITERATIONS:
+        return parse_iteration(parts[1])
     return None
 
 

@@ -17,6 +17,30 @@ from tasks.storage import done_summary, is_done
 
 COMPLETE = "COMPLETE"
 ROLES = ("policy", "judge")  # the trained models, each with its train_<role> stage
+CONFIG_FILE = "config.yaml"  # the resolved config of a run (and the mark of a run folder)
+RUN_ID_FILE = "mlflow_run_id.txt"  # the run's MLflow run id: another machine re-attaches to it
+ITERATIONS = "iterations"
+# iteration 0's folders: what the loop starts from (one per start stage, tasks/pipeline.py:START_STAGES)
+START_FOLDERS = ("seed", "models/init", "models/bootstrap", "baseline")
+_ITERATION_PREFIX = "iter_"
+
+
+def iteration_folder(k: int) -> str:
+    """The folder name of iteration k: iter_0001, ..., iter_10000."""
+    return f"{_ITERATION_PREFIX}{k:04d}"
+
+
+def parse_iteration(name: str) -> int | None:
+    """k of an iteration folder name (`iteration_folder(k)`), None for any other name (iter_1, iter_x)."""
+    digits = name.removeprefix(_ITERATION_PREFIX)
+    if name == digits or not digits.isascii() or not digits.isdigit() or iteration_folder(int(digits)) != name:
+        return None
+    return int(digits)
+
+
+def iteration_rel(k: int) -> str:
+    """Iteration k's folder relative to the run root: iterations/iter_0001."""
+    return f"{ITERATIONS}/{iteration_folder(k)}"
 
 
 @dataclass(frozen=True)
@@ -108,7 +132,7 @@ class RunPaths:
 
     @property
     def config(self) -> Path:
-        return self.root / "config.yaml"
+        return self.root / CONFIG_FILE
 
     @property
     def seed_store(self) -> Path:
@@ -167,7 +191,7 @@ class RunPaths:
         return self.root / "baseline"
 
     def iteration(self, k: int) -> Path:
-        return self.root / "iterations" / f"iter_{k:04d}"
+        return self.root / ITERATIONS / iteration_folder(k)
 
     def it(self, k: int) -> IterationPaths:
         """Typed access to iteration k's files."""
@@ -180,8 +204,9 @@ class RunPaths:
         return self.it(k).complete.is_file()
 
     def completed_iterations(self) -> list[int]:
-        found = sorted(int(p.name.split("_")[1]) for p in (self.root / "iterations").glob("iter_*")
-                       if p.is_dir())
+        folder = self.root / ITERATIONS
+        found = sorted(k for p in (folder.iterdir() if folder.is_dir() else ())
+                       if p.is_dir() and (k := parse_iteration(p.name)) is not None)
         return [k for k in found if self.is_complete(k)]
 
     def model_dir(self, k: int, role: str) -> Path:

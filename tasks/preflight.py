@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import struct
 import zipfile
 from pathlib import Path
@@ -41,14 +40,14 @@ from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.records import explain_record_error, load_json_file, read_numbered
 from rla_core.schemas import JudgedStep, Task, TrainingSample, Trajectory
 from tasks.common import bind_environment
-from tasks.paths import COMPLETE, ROLES, RunPaths
+from tasks.paths import COMPLETE, CONFIG_FILE, ITERATIONS, ROLES, RUN_ID_FILE, RunPaths, parse_iteration
 from tasks.storage import DONE_MARKER
 
 Command = Literal["run", "seed", "prepare", "eval"]
 
-RUN_ENTRIES = ("seed", "models", "iterations", "baseline", "eval", "mlflow.db", "mlflow_run_id.txt")
-FOLDERS = ("seed", "seed/store", "models", "models/init", "models/bootstrap", "baseline", "iterations", "eval")
-FILES = ("config.yaml", "mlflow_run_id.txt", "seed/heldout.jsonl", "seed/reserved.json", "seed/dev.jsonl",
+RUN_ENTRIES = ("seed", "models", ITERATIONS, "baseline", "eval", "mlflow.db", RUN_ID_FILE)
+FOLDERS = ("seed", "seed/store", "models", "models/init", "models/bootstrap", "baseline", ITERATIONS, "eval")
+FILES = (CONFIG_FILE, RUN_ID_FILE, "seed/heldout.jsonl", "seed/reserved.json", "seed/dev.jsonl",
          "seed/judge_benchmark.jsonl", "seed/judge_benchmark_dev.jsonl", "baseline/metrics.json")
 # What each iteration stage leaves for the stages after it: file -> (record type, at least one record)
 STAGE_RECORDS: dict[str, dict[str, tuple[type[BaseModel], bool]]] = {
@@ -57,7 +56,6 @@ STAGE_RECORDS: dict[str, dict[str, tuple[type[BaseModel], bool]]] = {
     "judge": {"judged.jsonl": (JudgedStep, False)},
     "data": {"policy.jsonl": (TrainingSample, False), "judge.jsonl": (TrainingSample, False)},
 }
-ITERATION_FOLDER = re.compile(r"iter_(\d{4,})")
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 MAX_HEADER = 100 * 2**20  # a safetensors header larger than this is corrupt
 
@@ -296,21 +294,21 @@ def _check_layout(paths: RunPaths) -> list[tuple[int, Path]]:
         if (root / rel).is_dir():
             raise DataError(f"{_rel(root / rel)}: is a folder where a run keeps a file")
     iterations = []
-    if (root / "iterations").is_dir():
-        for child in sorted((root / "iterations").iterdir()):
+    if (root / ITERATIONS).is_dir():
+        for child in sorted((root / ITERATIONS).iterdir()):
             if not child.name.startswith("iter_"):
                 continue
-            match = ITERATION_FOLDER.fullmatch(child.name)
-            if not match or child.name != f"iter_{int(match.group(1)):04d}":
+            k = parse_iteration(child.name)
+            if k is None:
                 if child.is_dir():
                     raise DataError(f"{_rel(child)}: not an iteration folder name (iter_0001, iter_0002, ...); "
                                     f"move it out of {_rel(child.parent)}")
                 continue
             if not child.is_dir():
-                raise DataError(f"{_rel(child)}: is a file where a run keeps iteration {int(match.group(1))}")
+                raise DataError(f"{_rel(child)}: is a file where a run keeps iteration {k}")
             if (child / COMPLETE).is_dir():
                 raise DataError(f"{_rel(child / COMPLETE)}: is a folder where a run keeps a marker file")
-            iterations.append((int(match.group(1)), child))
+            iterations.append((k, child))
     return iterations
 
 
@@ -473,7 +471,7 @@ def check_ablation(configs: list[str] | None, overrides: list[str] | None, seeds
     root = (Path(base.run.output_dir) / name).resolve()
     if root.exists() and not root.is_dir():
         raise DataError(f"{_rel(root)}: is a file, not an ablation folder; choose another --name")
-    if (root / "config.yaml").is_file():
+    if (root / CONFIG_FILE).is_file():
         raise DataError(f"{_rel(root)}: holds a training run, not an ablation; choose another --name")
     for seed in range(base.run.seed, base.run.seed + seeds):
         for row in chosen:

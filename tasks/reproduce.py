@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import math
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -41,14 +40,13 @@ from rla_core.diffs import largest, metric_differences, record_differences, safe
 from rla_core.errors import BadValue, MissingFile
 from rla_core.fileio import atomic_write_text
 from tasks.object_store import dvc_remote_options
-from tasks.paths import ROLES, RunPaths
+from tasks.paths import CONFIG_FILE, ROLES, START_FOLDERS, RunPaths, iteration_folder, iteration_rel
 from tasks.stage import stage
-from tasks.storage import DONE_MARKER, done_summary, is_done, json_safe, write_json
+from tasks.storage import DONE_MARKER, done_summary, is_done
 from tasks.versioning import DVC_SUFFIX, _open, data_version, default_remote, init_run_repo, track
 
 RECORDS = "rla-records"
 START = 0  # iteration 0: what the loop starts from
-START_FOLDERS = ("seed", "models/init", "models/bootstrap", "baseline")
 TIMING = ("seconds", "time/", "_per_s", "elapsed")  # metric keys that measure time, not results
 REPORT = "reproduce.json"  # in the scratch folder: what `reproduce` returns, the comparison with the record
 
@@ -141,7 +139,7 @@ def _s3_parts(url: str) -> tuple[str, str]:
 
 
 def record_name(k: int) -> str:
-    return f"{RECORDS}/iter_{k:04d}.json"
+    return f"{RECORDS}/{iteration_folder(k)}.json"
 
 
 def publish_record(remote: str, record: dict, options: dict[str, str] | None = None) -> str:
@@ -213,12 +211,12 @@ def restore_from_record(record: dict, target: Path, remote: str, options: dict[s
     """Write the record's config, pointers and markers into `target` and pull the files from `remote`.
     With `inputs_only`, only what the iteration reads (not its own outputs). Returns the pulled paths."""
     target.mkdir(parents=True, exist_ok=True)
-    if not (target / "config.yaml").is_file():
-        atomic_write_text(target / "config.yaml", record["config"])
+    if not (target / CONFIG_FILE).is_file():
+        atomic_write_text(target / CONFIG_FILE, record["config"])
     init_run_repo(target, remote, options)
     pointers = record["pointers"]
     if inputs_only:
-        outputs = f"iterations/iter_{record['iteration']:04d}/"
+        outputs = f"{iteration_rel(record['iteration'])}/"
         pointers = {rel: text for rel, text in pointers.items() if not rel.startswith(outputs)}
         if record["iteration"] == START:
             pointers = {}
@@ -232,7 +230,7 @@ def restore_from_record(record: dict, target: Path, remote: str, options: dict[s
     return sorted(rel.removesuffix(DVC_SUFFIX) for rel in pointers)
 
 
-def _scratch_config(record: dict, scratch: Path) -> str:
+def scratch_config(record: dict, scratch: Path) -> str:
     """The record's config, kept local to the scratch folder: own MLflow store, local storage, and a DVC
     remote of its own (the original remote is only read)."""
     source = scratch / ".record-config.yaml"
@@ -338,7 +336,7 @@ def file_detail(recorded: Path | None, reproduced: Path | None) -> dict:
 
 def _folder_rel(k: int, folder: str) -> str:
     """Where a recorded stage folder lies in a run: `seed` (iteration 0), `iterations/iter_0002/judge`."""
-    return folder if k == START else f"iterations/iter_{k:04d}/{folder}"
+    return folder if k == START else f"{iteration_rel(k)}/{folder}"
 
 
 def _file_rows(record: dict, got: dict, scratch: Path, run_dir: Path, remote: str,
@@ -431,51 +429,3 @@ def _file_note(row: dict) -> str:
         where = f"; largest at {row['where']}" if row["where"] else ""
         return f"({row['lines_differ']} of {max(row['lines'])} lines differ{where})"
     return f"({row['note']})"
-
-
-# ------------------------------------------------------------------ reproduce
-def _rerun(scratch: Path, k: int) -> dict:
-    """Run iteration k's stages (k = 0: the start's) in the scratch folder, in-process; returns
-    folder_outputs per stage folder."""
-    from flows.rl_iteration import ITERATION  # flows import this module's stage: import it late
-    from tasks.evaluation import baseline
-    from tasks.setup import bootstrap, init_models, seed
-
-    paths = RunPaths.of(scratch)
-    if k == START:
-        for run_stage in (seed, init_models, bootstrap, baseline):
-            run_stage.run_here(str(scratch))
-        return {folder: folder_outputs(paths.root / folder) for folder in START_FOLDERS}
-    for step in ITERATION:
-        step.run_here(str(scratch), k)
-    return {step.name: folder_outputs(paths.stage(k, step.name)) for step in ITERATION}
-
-
-def reproduce(run_dir: Path, k: int, remote: str | None = None, into: Path | None = None,
-              options: dict[str, str] | None = None) -> dict:
-    """Restore iteration k's inputs from the remote into a scratch folder, re-run it, compare with the
-    record, and write the result to `<scratch>/reproduce.json`. Returns {"scratch", "record", "diffs",
-    "files", "metrics", "report" (see explain), "report_file", "restore_seconds", "compare_seconds",
-    "seconds"}."""
-    remote = remote or default_remote(run_dir)
-    record = read_record(remote, k, options)
-    scratch = into or run_dir.parent / f"{run_dir.name}.reproduce-iter_{k:04d}"
-    if scratch.exists():
-        shutil.rmtree(scratch)
-    scratch.mkdir(parents=True)
-    (scratch / "config.yaml").write_text(_scratch_config(record, scratch))
-    start = time.perf_counter()
-    restore_from_record(record, scratch, remote, options, inputs_only=True)
-    init_run_repo(scratch, str(scratch / ".dvc-remote"))  # writes of the re-run stay in the scratch folder
-    restored_s = time.perf_counter() - start
-    got = _rerun(scratch, k)
-    compared = time.perf_counter()
-    recorded = record["outputs"]
-    result = {"scratch": str(scratch), "record": record_name(k), "diffs": compare(recorded, got),
-              "files": sum(len(v["files"]) for v in recorded.values()),
-              "metrics": sum(len(v["metrics"]) for v in recorded.values()),
-              "report": explain(record, got, scratch, Path(run_dir).resolve(), remote, options),
-              "report_file": str(scratch / REPORT), "restore_seconds": restored_s,
-              "compare_seconds": time.perf_counter() - compared, "seconds": time.perf_counter() - start}
-    write_json(scratch / REPORT, json_safe(result))
-    return result

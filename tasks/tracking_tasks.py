@@ -1,7 +1,9 @@
 """MLflow bookkeeping around the flows: the training run and per-iteration logs."""
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 from types import TracebackType
 
 from prefect import task
@@ -9,8 +11,10 @@ from prefect.cache_policies import NO_CACHE
 
 from rla_core.numerics import numerics_tags
 from tasks.object_store import configure_mlflow_s3, open_run_store
-from tasks.paths import ROLES, run_config
-from tasks.tracking import RUN_ID_FILE, Tracker, best_tags, heldout_tags, model_name
+from tasks.paths import ROLES, RunPaths, run_config
+from tasks.run_report import headline_metrics, overview_markdown, plot_overview, read_curves
+from tasks.model_registry import best_tags, heldout_tags, model_name
+from tasks.tracking import RUN_ID_FILE, Tracker
 
 TRACK = dict(cache_policy=NO_CACHE, persist_result=False)
 
@@ -79,6 +83,23 @@ def open_training_run(run_dir: str) -> str:
     tracker.set_tags(numerics_tags())  # the CPU and float path its numbers are bit-identical on
     open_run_store(run_dir).push_file(tracker.run_dir / RUN_ID_FILE)  # another machine re-attaches to it
     return tracker.run_id
+
+
+@task(name="log-overview", **TRACK)
+def log_overview(run_dir: str) -> dict[str, float]:
+    """The parent run's at-a-glance view (tasks/run_report.py): its description (before/after table),
+    overview.png and the short headline metrics (step = the last completed iteration)."""
+    paths = RunPaths.of(run_dir)
+    curves = read_curves(paths)
+    tracker = tracker_for(run_dir)
+    tracker.set_tags({"mlflow.note.content": overview_markdown(paths, curves)})
+    with tempfile.TemporaryDirectory() as scratch:  # MLflow keeps the figure; the run folder does not
+        figure = plot_overview(paths, Path(scratch) / "overview.png", curves)
+        if figure is not None:
+            tracker.log_artifact(figure)
+    headline = headline_metrics(paths, curves)
+    tracker.log_metrics(headline, step=curves.iterations[-1] if curves.iterations else 0)
+    return headline
 
 
 @task(name="close-training-run", **TRACK)

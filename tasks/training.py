@@ -33,6 +33,8 @@ def write_batches(paths: RunPaths, cfg: Config, k: int, policy: list[TrainingSam
     write_records(paths.it(k).batch("policy"), policy)
     write_records(paths.it(k).batch("judge"), judge_data)
     compute = compute_metrics(trajectories, judge_outputs, policy, judge_data)
+    # every setting's data stage reports its sample counts (a setting's own count, when it has one, wins)
+    data_metrics = {"policy/samples": float(len(policy)), "judge/samples": float(len(judge_data)), **data_metrics}
     return {"metrics": {**{f"data/{n}": v for n, v in data_metrics.items()}, **compute}}
 
 

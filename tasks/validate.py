@@ -10,10 +10,11 @@ from pathlib import Path
 from rla_core.adaptation.store import TaskStore
 from rla_core.config import Config
 from rla_core.schemas import Task, TrainingSample, Trajectory
-from tasks.gates import (GateFailed, check_coding_tasks, check_judge_batch, check_policy_batch,
-                         check_reserved_content, check_rollouts, check_task_store)
+from tasks.gates import (GateFailed, check_judge_batch, check_policy_batch, check_reserved_content, check_rollouts,
+                         check_task_store)
 from tasks.paths import RunPaths
 from tasks.reserved import reserved_hashes, training_rows
+from tasks.settings import setting_for
 from tasks.stage import stage
 from tasks.storage import read_records, read_records_shared, write_json
 from tasks.tracking_tasks import tracker_for
@@ -29,9 +30,7 @@ def run_gates(paths: RunPaths, cfg: Config, k: int) -> list:
         check_task_store(slots, heldout),
         check_rollouts(trajectories, heldout),
     ]
-    if cfg.environment.name == "coding":  # every active and pending problem: tests, limits, statements
-        problems = [s.active for s in slots] + [s.pending.task for s in slots if s.pending]
-        results.append(check_coding_tasks(problems, heldout))
+    results += setting_for(cfg).gates(paths, cfg, k, slots, heldout)  # e.g. coding: every problem's tests
     # An empty batch is legitimate (no mixed-outcome or in-band task this iteration): nothing to train.
     batches = {name: read_records_shared(it.batch(name), TrainingSample) for name in ("policy", "judge")}
     for check, name in ((check_policy_batch, "policy"), (check_judge_batch, "judge")):

@@ -130,7 +130,7 @@ def count_evidence(feedback: CriticFeedback, bucket_of: Callable[[str], str | No
 
 ENVIRONMENTS: Registry[EnvironmentFamily] = Registry("environment", "environment.name",
                                                    {"household": "rla_core.envs.household",
-                                                    "coding": "rla_core.coding.problems",
+                                                    "coding": "rla_core.envs.coding.problems",
                                                     "textworld": "rla_core.envs.textworld"})
 
 

@@ -115,7 +115,7 @@ def test_every_argument_of_every_subcommand_has_help():
 
 def test_the_summary_leaves_out_metrics_neither_side_has(tmp_path):
     """No greedy pass (eval.greedy_at_end false), no dev split: no `n/a n/a` rows; one-sided ones stay."""
-    from flows.commands import ROWS, summary_table
+    from flows.commands import summary_table
     from rla_core.config import PROJECT_ROOT, config_to_yaml, load_config
 
     cfg = load_config([PROJECT_ROOT / "configs" / "quickstart.yaml"], ["eval.greedy_at_end=false"])
@@ -128,4 +128,20 @@ def test_the_summary_leaves_out_metrics_neither_side_has(tmp_path):
     lines = {line[:28].strip(): line[28:].split() for line in table.splitlines() if line[:28].strip()}
     assert lines["held-out success (sampled)"] == ["0.250", "n/a"]  # before only: still shown
     assert lines["judge benchmark p+"] == ["0.500", "n/a"]
-    assert {label for label, _ in ROWS} & set(lines) == {"held-out success (sampled)", "judge benchmark p+"}
+    from tasks.settings.episodic import EpisodicSetting
+
+    assert {label for label, _ in EpisodicSetting.summary_rows} & set(lines) == {"held-out success (sampled)", "judge benchmark p+"}
+
+
+def test_one_table_holds_every_command_the_parser_accepts():
+    from flows.cli import COMMANDS, _parser
+
+    top = {path[1] for path, _ in _subparsers(_parser()) if len(path) == 2}
+    assert top == set(COMMANDS) and len(top) == 15
+    flows = {name for name, command in COMMANDS.items() if command.flow}
+    assert flows == {"quickstart", "run", "seed", "bootstrap", "eval", "ablation", "data", "reproduce", "bench"}
+
+
+def test_a_command_without_a_config_says_so(capsys):
+    assert main(["run"]) == 2
+    assert "rla run needs --config FILE" in capsys.readouterr().err

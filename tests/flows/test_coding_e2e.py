@@ -12,19 +12,20 @@ import hashlib
 
 import pytest
 
-from flows.commands import ROWS_CODING, summary_table
+from flows.commands import summary_table
 from flows.rl_iteration import ITERATION
 from flows.train import train
-from rla_core.coding.bootstrap import BenchmarkProblem
+from rla_core.envs.coding.bootstrap import BenchmarkProblem
 from rla_core.config import PROJECT_ROOT, load_config
 from rla_core.schemas import ProgramRun, Task, TrainingSample, Trajectory, UnitTest
 from tasks.evaluation import baseline
 from tasks.paths import RunPaths, run_config
 from tasks.reproduce import version_start
-from tasks.coding import heldout_problems
+from tasks.settings.coding import CodingSetting, heldout_problems
 from tasks.setup import bootstrap, init_models, seed
 from tasks.storage import done_summary, read_json, read_records, write_records
-from tasks.tracking import best_tags, model_name, read_metrics
+from tasks.model_registry import best_tags, model_name
+from tasks.tracking import read_metrics
 from tasks.tracking_tasks import tracker_for
 from tests.flows.conftest import MICRO
 
@@ -178,7 +179,7 @@ def test_evaluation_metrics_reach_the_file_mlflow_and_the_summary_table(coding_r
     assert metrics["bench/ut_accuracy"] in logged["bench/ut_accuracy"].values()
     table = summary_table(str(paths.root))
     lines = {line[:28].strip(): line[28:].split() for line in table.splitlines() if line[:28].strip()}
-    for label, key in ROWS_CODING:
+    for label, key in CodingSetting.summary_rows:
         if key in metrics:
             assert lines[label] == [f"{before[key]:.3f}", f"{metrics[key]:.3f}"], (label, table)
     assert "held-out success (sampled)" not in table  # the household rows are not shown

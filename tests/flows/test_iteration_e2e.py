@@ -31,9 +31,10 @@ from tasks import versioning
 from tasks.commit import commit
 from tasks.paths import ROLES
 from tasks.reproduce import version_start
-from tasks.setup import heldout_tasks
+from tasks.settings.episodic import heldout_tasks
 from tasks.storage import done_summary, read_json
-from tasks.tracking import best_tags, model_name, read_metrics
+from tasks.model_registry import best_tags, model_name
+from tasks.tracking import read_metrics
 from tasks.tracking_tasks import log_evaluation, tracker_for
 from tasks.versioning import config_hash, restore, tracked_hashes
 
@@ -104,6 +105,30 @@ def test_training_run_records_its_float_path(trained_run):
     assert tags["cpu.torch_threads"] == str(torch.get_num_threads()) and tags["torch.version"] == torch.__version__
 
 
+def test_the_parent_run_says_at_a_glance_whether_training_helped(trained_run):
+    """Description (before/after table from the run's own evaluation files), overview.png, and short
+    final metrics equal to the numbers of the baseline and the last evaluation."""
+    paths = trained_run
+    tracker = tracker_for(str(paths.root))
+    run = tracker.client.get_run(tracker.run_id)
+    before = json.loads((paths.baseline / "metrics.json").read_text())
+    after = json.loads(paths.it(2).eval_metrics.read_text())
+    note = run.data.tags["mlflow.note.content"]
+    assert "held-out success (95 % interval)" in note and f"{before['heldout/success_rate']:.3f} (" in note
+    assert f"{after['heldout/success_rate']:.3f} (" in note and "bench/balanced_acc" in note
+    gain = after["heldout/success_rate"] - before["heldout/success_rate"]
+    assert f"{gain * 100:+.1f} points" in note
+    final = run.data.metrics
+    assert final["heldout_before"] == pytest.approx(before["heldout/success_rate"])
+    assert final["heldout_after"] == pytest.approx(after["heldout/success_rate"])
+    assert final["heldout_gain"] == pytest.approx(gain)
+    assert final["judge_after"] == pytest.approx(after["bench/balanced_acc"])
+    assert final["dev_after"] == pytest.approx(after["dev/success_rate"])
+    episodes = sum(done_summary(paths.stage(k, "data"))["metrics"]["compute/episodes"] for k in (1, 2))
+    assert final["episodes"] == episodes > 0
+    assert "overview.png" in {a.path for a in tracker.client.list_artifacts(tracker.run_id)}
+
+
 def test_every_evaluation_scores_the_dev_split(trained_run):
     """The warm-start's and each in-loop evaluation hold dev/* beside heldout/*, logged at their step."""
     paths = trained_run
@@ -171,6 +196,12 @@ def test_registered_versions_carry_their_lineage(trained_run):
             assert float(tags["heldout.invalid_rate"]) == logged["heldout/invalid_rate"]
             assert float(tags["dev.success_rate"]) == logged["dev/success_rate"]
             assert float(tags["dev.bench_balanced_acc"]) == logged["dev/bench_balanced_acc"]
+            rank = best_tags(role)[0]  # the description: lineage first, in one line
+            assert version.description == (
+                f"Lineage: iteration {k} · commit {tags['git_commit'][:12]}"
+                + (" (uncommitted changes)" if tags["git_dirty"] == "true" else "")
+                + f" · config {config[:12]} · data {data_version[:12]} · parent {tags['parent_version']}"
+                + f" · {rank} {float(tags[rank]):.3f}")
             assert version.run_id == tracker.iteration_run(k)
             run_tags = tracker.client.get_run(version.run_id).data.tags
             assert {key: run_tags[key] for key in ("data_version", "git_commit", "git_dirty", "config_hash")} == {
@@ -264,7 +295,8 @@ def test_reproduce_iteration_2_from_the_remote_alone(trained_run, tmp_path):
     import json
     import shutil
 
-    from tasks.reproduce import compare, read_record, record_name, reproduce
+    from tasks.reproduce import compare, read_record, record_name
+    from tasks.rerun import reproduce
     from tasks.versioning import default_remote
 
     remote = default_remote(trained_run.root)

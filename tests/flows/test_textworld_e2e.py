@@ -32,7 +32,7 @@ from rla_core.rollout.runner import INVALID
 from rla_core.schemas import Task, Trajectory
 from tasks.common import bind_environment
 from tasks.game_eval import evaluate_games as play_games
-from tasks.game_eval import wilson
+from rla_core.stats import wilson
 from tasks.paths import RunPaths, run_config
 from tasks.reproduce import version_start
 from tasks.setup import bootstrap, init_models, seed

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rla_core.bootstrap import generate_tasks
-from rla_core.coding.loaders import load_humaneval, load_problem_file
-from rla_core.coding.problems import CODING, MAX_IO_CHARS
+from rla_core.envs.coding.loaders import load_humaneval, load_problem_file
+from rla_core.envs.coding.problems import CODING, MAX_IO_CHARS
 from rla_core.schemas import Task
 from tasks.gates import GateFailed, check_coding_tasks
 

@@ -208,3 +208,20 @@ def test_shared_reads_parse_a_file_once_while_it_is_unchanged(tmp_path):
         storage.write_records(other, tasks)
         storage.read_records_shared(other, Task)
     assert len(storage._SHARED) == storage._SHARED_FILES
+
+
+def test_iteration_folder_names_are_made_and_read_in_one_place():
+    from tasks.paths import iteration_folder, iteration_rel, parse_iteration
+
+    assert [iteration_folder(k) for k in (1, 42, 10000)] == ["iter_0001", "iter_0042", "iter_10000"]
+    assert iteration_rel(3) == "iterations/iter_0003"
+    assert [parse_iteration(iteration_folder(k)) for k in (1, 42, 10000)] == [1, 42, 10000]
+    for name in ("iter_1", "iter_00001", "iter_x", "iter_", "iter_００01", "iteration_0001", "iter_0001.tmp"):
+        assert parse_iteration(name) is None, name
+
+
+def test_the_start_folders_are_the_start_stages_folders():
+    from tasks.paths import START_FOLDERS
+    from tasks.pipeline import START_STAGES
+
+    assert tuple(s.folder for s in START_STAGES) == START_FOLDERS

@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 from rla_core.config import Config, config_to_yaml
 from tasks import reproduce as rp
+from tasks import rerun
 from tasks.paths import RunPaths
 from tasks.storage import mark_done
 from tasks.versioning import default_remote, init_run_repo, track
@@ -64,8 +65,8 @@ def _perturbed_rerun(scratch: Path, k: int) -> dict:
 
 
 def test_reproduce_reports_how_much_each_output_differs(recorded_run, tmp_path, monkeypatch):
-    monkeypatch.setattr(rp, "_rerun", _perturbed_rerun)
-    result = rp.reproduce(recorded_run.root, K, into=tmp_path / "scratch")
+    monkeypatch.setattr(rerun, "_rerun", _perturbed_rerun)
+    result = rerun.reproduce(recorded_run.root, K, into=tmp_path / "scratch")
     report = result["report"]
     assert [(r["folder"], r["metric"], r["recorded"], r["reproduced"]) for r in report["metrics"]] == [
         ("train_policy", "policy/loss", 0.5, 0.55)]
@@ -94,8 +95,8 @@ def test_identical_rerun_says_identical(recorded_run, tmp_path, monkeypatch):
         _write_outputs(paths, WEIGHTS, EPISODES, METRICS)
         return {name: rp.folder_outputs(paths.stage(k, name)) for name in ("rollout", "train_policy")}
 
-    monkeypatch.setattr(rp, "_rerun", same)
-    result = rp.reproduce(recorded_run.root, K, into=tmp_path / "scratch")
+    monkeypatch.setattr(rerun, "_rerun", same)
+    result = rerun.reproduce(recorded_run.root, K, into=tmp_path / "scratch")
     assert result["diffs"] == [] and result["report"]["summary"]["text"] == "identical"
     assert rp.report_lines(result["report"]) == ["summary: identical"]
 
@@ -107,8 +108,8 @@ def test_a_file_without_recorded_bytes_is_named_without_a_magnitude(tmp_path):
 
 def test_a_checkpoint_missing_from_the_remote_is_reported_without_a_magnitude(recorded_run, tmp_path, monkeypatch):
     shutil.rmtree(Path(default_remote(recorded_run.root)) / "files")  # DVC's objects; the record stays
-    monkeypatch.setattr(rp, "_rerun", _perturbed_rerun)
-    report = rp.reproduce(recorded_run.root, K, into=tmp_path / "scratch")["report"]
+    monkeypatch.setattr(rerun, "_rerun", _perturbed_rerun)
+    report = rerun.reproduce(recorded_run.root, K, into=tmp_path / "scratch")["report"]
     model = next(r for r in report["files"] if r["file"] == "model/model.safetensors")
     assert model["rel"] is None and "DVC remote" in model["note"]
     assert report["summary"]["max_rel"] == pytest.approx(0.2) and report["summary"]["unmeasured"] == 1

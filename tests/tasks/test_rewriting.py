@@ -12,7 +12,7 @@ from rla_core.schemas import CriticFeedback, Task
 from tasks import rewriting
 from tasks.paths import RunPaths
 from tasks.storage import write_json
-from tasks.setup import warm_starts_environment
+from tasks.settings.base import warm_starts_environment
 
 
 def test_environment_model_is_the_path_else_the_warm_start_else_init(tmp_path):

@@ -247,14 +247,15 @@ def test_dvc_pushes_to_s3_and_pulls_back_identical_files(s3_run, endpoint):
 
 def test_resume_from_an_empty_folder_downloads_instead_of_recomputing(s3_run, endpoint, tmp_path, monkeypatch):
     from flows.train import prepare_run_dir, train
-    from tasks import evaluation, iteration, setup, training
+    from tasks import iteration, training
+    from tasks.settings import episodic
 
     def recomputed(*args, **kwargs):
         raise AssertionError("a completed stage was recomputed instead of downloaded")
 
-    for module, name in ((setup, "supervised_finetune"), (evaluation, "evaluate_models"),
-                         (iteration, "rollout_tasks"), (training, "get_trainer")):
-        monkeypatch.setattr(module, name, recomputed)
+    for owner, name in ((episodic, "supervised_finetune"), (episodic.EpisodicSetting, "evaluate_models"),
+                        (episodic, "rollout_tasks"), (training, "get_trainer")):
+        monkeypatch.setattr(owner, name, recomputed)
     overrides = _overrides(endpoint, tmp_path)
     # A stage of a completed iteration, asked for on a machine that has only the config.
     run_dir = prepare_run_dir(load_config(None, overrides))

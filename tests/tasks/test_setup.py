@@ -15,7 +15,8 @@ from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.schemas import Task
 from tasks.paths import RunPaths
 from rla_core.bootstrap import generate_tasks
-from tasks.setup import demo_tasks, demo_walks, seed
+from tasks.settings.episodic import demo_tasks, demo_walks
+from tasks.setup import seed
 from tasks.storage import read_json, read_records, write_records
 
 KNOBS = {"goal_type": "put", "rooms": 1, "distractors": 0, "closed": 0}

@@ -13,13 +13,12 @@ from tasks.tracking import (
     EXPERIMENT_KIND_TAG,
     RUN_ID_FILE,
     Tracker,
-    best_tags,
     experiment_ui_url,
     flatten,
-    heldout_tags,
     read_metrics,
     read_params,
 )
+from tasks.model_registry import best_tags, heldout_tags
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import pytest
 
 from rla_core.adaptation.rewriters import RESERVED_ERROR, get_rewriter
 from rla_core.bootstrap import generate_tasks
-from rla_core.coding.bootstrap import generate_mixed
-from rla_core.coding.problems import CODING
+from rla_core.envs.coding.bootstrap import generate_mixed
+from rla_core.envs.coding.problems import CODING
 from rla_core.envs.base import get_environment
 from rla_core.schemas import CriticFeedback, Task
 

@@ -1,4 +1,4 @@
-"""The procedural coding problems (rla_core/coding/problems.py): generation and validation, the content
+"""The procedural coding problems (rla_core/envs/coding/problems.py): generation and validation, the content
 hash, the critic-driven rewrite (`adjust`, fed by the real sandbox → run_ground_truth → coding_feedback),
 the answers an environment model may write (`spec_from_answer`), and the judge benchmark's program pools
 (reference programs and mutants, run in the real sandbox and measured by the real `build_benchmark`)."""
@@ -10,18 +10,18 @@ import random
 import pytest
 
 from rla_core.adaptation.rewriters import first_json_object, spec_hash
-from rla_core.coding.bootstrap import benchmark_programs, generate_mixed
-from rla_core.coding.critic import coding_feedback
-from rla_core.coding.execute import run_ground_truth
-from rla_core.coding.problems import (CODING, FAMILIES, GT_TESTS, MAX_OPS, MIN_REWRITE_TESTS, mutants,
+from rla_core.envs.coding.bootstrap import benchmark_programs, generate_mixed
+from rla_core.envs.coding.critic import coding_feedback
+from rla_core.envs.coding.execute import run_ground_truth
+from rla_core.envs.coding.problems import (CODING, FAMILIES, GT_TESTS, MAX_OPS, MIN_REWRITE_TESTS, mutants,
                                       reference_program, spec_from_ops, statement_of)
-from rla_core.coding.sandbox import Limits, Sandbox, TestCase
+from rla_core.envs.coding.sandbox import Limits, Sandbox, TestCase
 from rla_core.config import PROJECT_ROOT, load_config
 from rla_core.envs.base import SpecError
 from rla_core.schemas import CriticFeedback, Step, Task, Trajectory
 
 SEEDS = [0, 1, 2]
-# the inputs mutants() compares a mutant with the reference on (rla_core/coding/problems.py:mutants)
+# the inputs mutants() compares a mutant with the reference on (rla_core/envs/coding/problems.py:mutants)
 PROBES = {"int": [str(v) for v in range(21)], "str": ["abcd", "hgfe", "bbaacd", "abcdefg", "dcbaab", "cheff"]}
 
 
@@ -355,10 +355,10 @@ def test_reference_passes_its_tests_and_every_mutant_fails_a_probe_in_the_sandbo
 
 
 def test_build_benchmark_measures_what_the_sandbox_says(sandbox, pool_tasks):
-    """tasks/coding.py:build_benchmark (the real one, with the coding config's sandbox) marks each pool
+    """tasks/settings/coding.py:build_benchmark (the real one, with the coding config's sandbox) marks each pool
     program pass_all exactly as a direct sandbox run of it on the GT tests does: the reference True, the
     GT-equivalent mutant True, every other mutant False."""
-    from tasks.coding import build_benchmark
+    from tasks.settings.coding import build_benchmark
 
     cfg = load_config([PROJECT_ROOT / "configs" / "coding.yaml"], ["coding.workers=2"])
     bench = build_benchmark(cfg, pool_tasks)
@@ -377,10 +377,10 @@ def test_build_benchmark_measures_what_the_sandbox_says(sandbox, pool_tasks):
 def test_mutant_feedback_equals_the_critic_feedback_of_the_mutants_run_in_the_sandbox(sandbox):
     """The environment model's warm-start feedback (computed from the mutant pipelines, nothing run) is
     exactly what the critic writes when those programs really run on the GT tests in the sandbox."""
-    from rla_core.coding.bootstrap import mutant_feedback
-    from rla_core.coding.critic import coding_feedback
-    from rla_core.coding.execute import run_ground_truth
-    from rla_core.coding.problems import candidate_pipelines
+    from rla_core.envs.coding.bootstrap import mutant_feedback
+    from rla_core.envs.coding.critic import coding_feedback
+    from rla_core.envs.coding.execute import run_ground_truth
+    from rla_core.envs.coding.problems import candidate_pipelines
 
     tasks = generate_mixed(CODING, {}, [2, 3], 6, random.Random(11), "fb", set())
     for task in tasks:

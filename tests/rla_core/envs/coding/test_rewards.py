@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from rla_core.coding.rewards import (judge_metrics, judge_samples, outcome_metrics, policy_samples,
+from rla_core.envs.coding.rewards import (judge_metrics, judge_samples, outcome_metrics, policy_samples,
                                      separation_rewards, score_tests)
-from rla_core.coding.prompts import judge_prompt, parse_test, policy_prompt, unit_test_text
+from rla_core.envs.coding.prompts import judge_prompt, parse_test, policy_prompt, unit_test_text
 from rla_core.schemas import ProgramRun, Step, Trajectory, UnitTest
 
 

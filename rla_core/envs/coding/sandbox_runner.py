@@ -1,4 +1,4 @@
-"""The in-sandbox runner (stdlib only; `rla_core/coding/sandbox.py` starts it as the sandbox's PID 1 with
+"""The in-sandbox runner (stdlib only; `rla_core/envs/coding/sandbox.py` starts it as the sandbox's PID 1 with
 the system Python, passing this file's text with -c).
 
 Protocol. On stdin: a 4-byte little-endian length and a marshalled header — {"probe": True}, or

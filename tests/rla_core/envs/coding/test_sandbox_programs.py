@@ -1,4 +1,4 @@
-"""The program sandbox (rla_core/coding/sandbox.py) with normal programs: verdicts, scoring, scratch folders,
+"""The program sandbox (rla_core/envs/coding/sandbox.py) with normal programs: verdicts, scoring, scratch folders,
 batching, the runner's reports, the self-check, the CLI and the root-owned bwrap copy. These programs are
 benign and run in-process; the hostile ones are in test_sandbox.py, inside an outer PID namespace."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rla_core.coding import sandbox as sandbox_module
-from rla_core.coding.sandbox import Limits, Sandbox, SandboxUnavailable, TestCase, Verdict, normalise_output
+from rla_core.envs.coding import sandbox as sandbox_module
+from rla_core.envs.coding.sandbox import Limits, Sandbox, SandboxUnavailable, TestCase, Verdict, normalise_output
 
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
@@ -117,7 +117,7 @@ def test_reports_are_taken_in_order_and_stop_at_the_first_that_is_not_the_next()
 
 
 def test_split_batches_is_even_and_leaves_each_worker_two_batches():
-    from rla_core.coding.sandbox import split_batches
+    from rla_core.envs.coding.sandbox import split_batches
 
     assert split_batches(list(range(40)), 8, 2) == [list(range(k, k + 8)) for k in range(0, 40, 8)]
     assert [len(b) for b in split_batches(list(range(20)), 8, 2)] == [5, 5, 5, 5]  # 3 by size, 4 for 2 workers

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from rla_core.adaptation.rewriters import spec_hash
-from rla_core.coding.loaders import (ImportedProblems, load_codecontests, load_humaneval, load_problem_file,
+from rla_core.envs.coding.loaders import (ImportedProblems, load_codecontests, load_humaneval, load_problem_file,
                                      to_jsonl)
-from rla_core.coding.problems import CODING, MAX_IO_CHARS, MAX_TESTS
+from rla_core.envs.coding.problems import CODING, MAX_IO_CHARS, MAX_TESTS
 from rla_core.envs.base import SpecError
 from rla_core.errors import BadValue, DataError, MissingFile
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 SAMPLE = ROOT / "data" / "coding" / "sample_problems.jsonl"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PYTHON = "/usr/bin/python3"  # a plain interpreter: these programs are our own, trusted

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rla_core.coding.prompts import judge_prompt, parse_program, parse_test, policy_prompt
+from rla_core.envs.coding.prompts import judge_prompt, parse_program, parse_test, policy_prompt
 from rla_core.rollout.base import RolloutEngine, SamplingParams
 from rla_core.schemas import Step, Task, Trajectory, UnitTest
 

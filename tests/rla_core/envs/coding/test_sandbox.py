@@ -1,4 +1,4 @@
-"""The program sandbox (rla_core/coding/sandbox.py) against a suite of hostile programs (normal programs:
+"""The program sandbox (rla_core/envs/coding/sandbox.py) against a suite of hostile programs (normal programs:
 test_sandbox_programs.py).
 
 Hostile programs never run in the host's PID namespace: the `hostile` fixture runs this file as a script
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from rla_core.coding import sandbox as sandbox_module
-from rla_core.coding.sandbox import SANDBOX_UID, Limits, Sandbox, TestCase
+from rla_core.envs.coding import sandbox as sandbox_module
+from rla_core.envs.coding.sandbox import SANDBOX_UID, Limits, Sandbox, TestCase
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 HOSTILE_LIMITS = Limits(wall_s=1.0, cpu_s=1.0, memory_mb=256)
 A = "ESCAPED"  # expected output of an attack test: printed only if the attack worked
 

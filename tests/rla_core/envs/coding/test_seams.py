@@ -24,15 +24,15 @@ import torch
 from rla_core.adaptation.cycle import adapt
 from rla_core.adaptation.rewriters import ProceduralRewriter, build_rewrite_prompt, spec_hash
 from rla_core.adaptation.store import TaskStore
-from rla_core.coding.bootstrap import corpus, generate_mixed, judge_pairs, policy_pairs
-from rla_core.coding.critic import coding_feedback
-from rla_core.coding.execute import run_ground_truth, run_unit_tests
-from rla_core.coding.loaders import load_humaneval
-from rla_core.coding.problems import CODING, reference_program, spec_from_ops
-from rla_core.coding.prompts import judge_prompt, parse_program, parse_test, policy_prompt
-from rla_core.coding.rewards import judge_samples, policy_samples, separation_rewards
-from rla_core.coding.rollout import with_outcomes, write_programs, write_tests
-from rla_core.coding.sandbox import Limits, Sandbox, TestCase
+from rla_core.envs.coding.bootstrap import corpus, generate_mixed, judge_pairs, policy_pairs
+from rla_core.envs.coding.critic import coding_feedback
+from rla_core.envs.coding.execute import run_ground_truth, run_unit_tests
+from rla_core.envs.coding.loaders import load_humaneval
+from rla_core.envs.coding.problems import CODING, reference_program, spec_from_ops
+from rla_core.envs.coding.prompts import judge_prompt, parse_program, parse_test, policy_prompt
+from rla_core.envs.coding.rewards import judge_samples, policy_samples, separation_rewards
+from rla_core.envs.coding.rollout import with_outcomes, write_programs, write_tests
+from rla_core.envs.coding.sandbox import Limits, Sandbox, TestCase
 from rla_core.config import ModelSpec, TrainConfig
 from rla_core.models.factory import build_or_load
 from rla_core.models.tokenizer import train_tokenizer
@@ -42,7 +42,7 @@ from rla_core.schemas import Step, Task, Trajectory
 from rla_core.training.base import get_trainer
 from rla_core.training.batching import response_logprobs
 from rla_core.training.sft import supervised_finetune
-from tasks.setup import tokenize_pairs
+from tasks.settings.base import tokenize_pairs
 
 ALPHA_LOW, ALPHA_HIGH = 0.2, 0.8  # the config's default band
 # 12 programs per problem: the tiny judge only writes right tests for the integer problems, so the band
@@ -146,7 +146,7 @@ def test_wrong_programs_make_easier_drop_the_largest_parameter_and_show_what_the
 
 
 def test_adaptation_cycle_rewrites_from_the_sandbox_feedback(sandbox, pipeline_task):
-    """tasks/coding.py:adapt's wiring: the adaptation cycle with feedback_of = coding_feedback of the
+    """tasks/settings/coding.py:CodingSetting.adapt's wiring: the adaptation cycle with feedback_of = coding_feedback of the
     task's ProgramRuns and the real procedural rewriter: the pending candidate is the evidence-chosen
     easier problem and carries the feedback it was made from."""
     task = pipeline_task

@@ -1,0 +1,135 @@
+"""The Setting interface, the registry that maps `environment.name` to a setting, and the model helpers
+every setting's set-up shares.
+
+A setting supplies the bodies of the run's stages; the stages own folders, skipping, retries, tracking
+and versioning (tasks/stage.py), so a setting only reads and writes the files of the stage it serves
+(tasks/paths.py) and returns the stage's summary. Every method has the stage's inputs and nothing else.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from rla_core.config import Config
+from rla_core.models.factory import build_or_load, save_pretrained
+from tasks.paths import RunPaths
+
+if TYPE_CHECKING:
+    from rla_core.adaptation.cycle import AdaptReport
+
+# environment.name -> "module:Class". A name that is not here is an episodic game of rla_core/envs/.
+REGISTRY: dict[str, str] = {
+    "coding": "tasks.settings.coding:CodingSetting",
+}
+DEFAULT = "tasks.settings.episodic:EpisodicSetting"
+_loaded: dict[str, "Setting"] = {}
+
+
+class Setting:
+    """What a kind of task supplies to the loop. `summary_rows` are the (label, metric) rows of the
+    quickstart's before/after table; `episodic` says whether rollouts are multi-turn games with step
+    verdicts (the engine benchmarks need one)."""
+
+    name = "setting"
+    episodic = False
+    family = None  # an environment family of the setting's own (rla_core/envs/base.py), registered with it
+    summary_rows: tuple[tuple[str, str], ...] = ()
+
+    # ---- set-up (run scope)
+    def seed(self, paths: RunPaths, cfg: Config) -> dict:
+        """Train slots (seed store), held-out and dev tasks, seed/reserved.json, the judge benchmarks."""
+        raise NotImplementedError
+
+    def init_models(self, paths: RunPaths, cfg: Config) -> dict:
+        """Tokenizer and the policy, judge and environment models under models/init (`build_models`)."""
+        raise NotImplementedError
+
+    def bootstrap(self, paths: RunPaths, cfg: Config) -> dict:
+        """Supervised warm-start of the models into models/bootstrap."""
+        raise NotImplementedError
+
+    # ---- one iteration
+    def rollout(self, paths: RunPaths, cfg: Config, k: int) -> dict:
+        raise NotImplementedError
+
+    def judge(self, paths: RunPaths, cfg: Config, k: int) -> dict:
+        raise NotImplementedError
+
+    def adapt(self, paths: RunPaths, cfg: Config, k: int, rewrite: Callable | None) -> dict:
+        """Accept or reject last iteration's candidates, propose rewrites with `rewrite` (None: no
+        adaptation); the summary carries `rejected` (task ids)."""
+        raise NotImplementedError
+
+    def data(self, paths: RunPaths, cfg: Config, k: int, report: "AdaptReport") -> dict:
+        """Policy and judge training batches (tasks/training.py:write_batches), without `report.rejected`."""
+        raise NotImplementedError
+
+    def evaluate_models(self, paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
+                        seed: int, final: bool = True) -> dict[str, float]:
+        """`heldout/*`, `bench/*`, `dev/*` metrics of a policy and a judge; written to out/metrics.json."""
+        raise NotImplementedError
+
+    # ---- optional
+    def gates(self, paths: RunPaths, cfg: Config, k: int, slots: list, heldout: list[str]) -> list:
+        """Great Expectations results beyond the common ones (tasks/validate.py)."""
+        return []
+
+    def build_data_files(self, cfg: Config, folder: Path) -> dict | None:
+        """`rla data build` for settings whose shipped data are problem files only: {name: path}; None
+        when the setting builds its files through a run (the episodic games)."""
+        return None
+
+
+def register(setting: "Setting", name: str | None = None) -> "Setting":
+    """Make `environment.name = name` (default: the setting's own name) run in `setting`; a setting that
+    brings its own environment family (`setting.family`) registers it under the same name."""
+    name = name or setting.name
+    REGISTRY[name] = f"{type(setting).__module__}:{type(setting).__name__}"
+    _loaded[name] = setting
+    if setting.family is not None:
+        from rla_core.envs.base import ENVIRONMENTS
+
+        ENVIRONMENTS.add(name, setting.family)
+    return setting
+
+
+def setting_for(cfg: Config | str) -> Setting:
+    """The setting of a config (or of an environment name)."""
+    name = cfg if isinstance(cfg, str) else cfg.environment.name
+    if name not in _loaded:
+        module, cls = REGISTRY.get(name, DEFAULT).split(":")
+        _loaded[name] = getattr(importlib.import_module(module), cls)()
+    return _loaded[name]
+
+
+# ---------------------------------------------------------------- shared by the settings' set-up
+@dataclass(frozen=True)
+class Pair:
+    prompt_ids: list[int]
+    response_ids: list[int]
+
+
+def tokenize_pairs(tokenizer, pairs: list[tuple[str, str]]) -> list[Pair]:
+    prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+    targets = tokenizer([t for _, t in pairs], add_special_tokens=False)["input_ids"]
+    return [Pair(p, t + [tokenizer.eos_token_id]) for p, t in zip(prompts, targets)]
+
+
+def build_models(paths: RunPaths, cfg: Config, tokenizer) -> dict:
+    """The policy, judge and environment models (tiny ones built, or the configured paths) with `tokenizer`,
+    saved under models/init; the summary counts the vocabulary and each model's parameters."""
+    summary = {"vocab": len(tokenizer)}
+    for offset, role in enumerate(("policy", "judge", "environment")):
+        model, tok = build_or_load(getattr(cfg.models, role), tokenizer, cfg.run.seed + offset)
+        save_pretrained(model, tok, paths.init_models / role)
+        summary[f"{role}_params"] = sum(p.numel() for p in model.parameters())
+    return summary
+
+
+def warm_starts_environment(cfg: Config) -> bool:
+    """Only the llm rewriter's tiny environment model is warm-started (a configured path is a real LLM)."""
+    boot = cfg.bootstrap
+    return (cfg.environment.rewriter == "llm" and cfg.models.environment.path is None
+            and boot.environment_tasks > 0 and boot.environment_steps > 0)
