@@ -19,5 +19,5 @@ def rl_iteration(run_dir: str, iteration: int) -> dict:
     run = StageRunner.of(run_dir, iteration, ITERATION)  # here, or on the GPU deployment for routed stages
     with IterationLog.open(run_dir, iteration) as log:
         for stage in ITERATION:
-            log.stage(stage.name, run(stage))
+            log.stage(stage, run(stage))
         return log.metrics

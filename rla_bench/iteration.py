@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rla_bench.common import machine, matmul_peak, print_table, torch_threads, write_result
-from tasks.tracking_tasks import ORCHESTRATION_STAGES
 
 
 def _counted(body: Callable, name: str, flops: dict[str, int]) -> Callable:
@@ -91,7 +90,10 @@ def run(configs: list[str], overrides: list[str], iteration: int = 2, flops: boo
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
-    compute = sum(v for k, v in seconds.items() if k not in ORCHESTRATION_STAGES)
+    from tasks.pipeline import ITERATION
+
+    bookkeeping = {s.name for s in ITERATION if s.bookkeeping}
+    compute = sum(v for k, v in seconds.items() if k not in bookkeeping)
     overhead = wall - compute
     rows, stages = [], {}
     for name, secs in seconds.items():
@@ -99,7 +101,7 @@ def run(configs: list[str], overrides: list[str], iteration: int = 2, flops: boo
         rate = flop / secs / 1e9 if flop and secs > 0 else None
         stages[name] = {"seconds": secs, "share": secs / wall, "flops": flop, "gflops_per_s": rate,
                         "share_of_large_gemm_peak": rate / peak["large_gemm_2048"] if rate else None,
-                        "kind": "orchestration" if name in ORCHESTRATION_STAGES else "compute"}
+                        "kind": "orchestration" if name in bookkeeping else "compute"}
         rows.append([name, stages[name]["kind"], secs, f"{100 * secs / wall:.1f} %",
                      f"{flop / 1e9:,.1f}" if flop is not None else "-", f"{rate:.1f}" if rate else "-",
                      f"{100 * rate / peak['large_gemm_2048']:.1f} %" if rate else "-"])

@@ -85,7 +85,7 @@ def evaluated_metrics(paths: RunPaths, k: int) -> dict[str, float]:
     return read_json(paths.it(k).eval_metrics) if paths.it(k).eval_metrics.is_file() else {}
 
 
-@stage(retries=1, retry_delay_s=2)  # DVC and the MLflow registry may meet a transient lock
+@stage(retries=1, retry_delay_s=2, bookkeeping=True)  # DVC and the MLflow registry may meet a transient lock
 def commit(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     version = ""
     if cfg.versioning.dvc:

@@ -13,6 +13,7 @@ from pathlib import Path
 from rla_core.adaptation.cycle import AdaptReport
 from rla_core.adaptation.store import TaskStore
 from rla_core.config import Config
+from rla_core.schemas import JudgedStep, Task, TrainingSample, Trajectory
 from tasks.common import stage_seed
 from tasks.paths import RunPaths
 from tasks.rewriting import make_rewrite
@@ -21,7 +22,7 @@ from tasks.stage import stage
 from tasks.storage import write_records
 
 
-@stage()
+@stage(records=(("tasks.jsonl", Task, True),))
 def select(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """K tasks to roll out: last iteration's pending candidates and active slots (rollout.candidates: within K
     or, in runs from before the key, on top of it)."""
@@ -33,26 +34,26 @@ def select(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     return {"tasks": len(tasks), "candidates": sum(t.task_id in pending for t in tasks)}
 
 
-@stage()
+@stage(records=(("trajectories.jsonl", Trajectory, True),))
 def rollout(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """N episodes of every selected task at the policy's temperature (coding: N programs, run on the GT tests)."""
     return setting_for(cfg).rollout(paths, cfg, k)
 
 
-@stage()
+@stage(records=(("judged.jsonl", JudgedStep, False),))
 def judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """m judge samples for every step of every trajectory; p₊/p₋ against the oracle labels (coding: U unit
     tests per problem from the statement alone, run on every program)."""
     return setting_for(cfg).judge(paths, cfg, k)
 
 
-@stage()
+@stage(carried=True)
 def adapt(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Validate last iteration's candidates, then propose rewrites for tasks outside the band."""
     return setting_for(cfg).adapt(paths, cfg, k, make_rewrite(cfg, paths) if cfg.environment.adapt else None)
 
 
-@stage()
+@stage(records=(("policy.jsonl", TrainingSample, False), ("judge.jsonl", TrainingSample, False)))
 def data(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     """Policy samples (mixed-outcome tasks) and judge samples (in-band tasks); rejected candidates excluded."""
     return setting_for(cfg).data(paths, cfg, k, read_adapt_report(paths, k))

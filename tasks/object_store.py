@@ -28,7 +28,9 @@ from tasks.paths import COMPLETE, CONFIG_FILE, ITERATIONS, RUN_ID_FILE, parse_it
 from tasks.storage import DONE_MARKER, done_summary, is_done
 
 RUN_FILES = (CONFIG_FILE, RUN_ID_FILE)  # the id lets another machine re-attach to the MLflow run
-CARRIED_STAGES = ("adapt", "train_policy", "train_judge")  # what later iterations read (store, models)
+# what later iterations read (the store, the models): the stages declared @stage(carried=True), listed here
+# because every stage imports this module (tests/tasks/test_paths_storage.py checks that the two agree)
+CARRIED_STAGES = ("adapt", "train_policy", "train_judge")
 
 
 class StorageError(UserError, RuntimeError):

@@ -38,7 +38,7 @@ from rla_core.envs.base import check_task_lines, get_environment
 from rla_core.errors import BadValue, DataError, MissingFile
 from rla_core.judge.benchmark import BenchmarkStep
 from rla_core.records import explain_record_error, load_json_file, read_numbered
-from rla_core.schemas import JudgedStep, Task, TrainingSample, Trajectory
+from rla_core.schemas import Task
 from tasks.common import bind_environment
 from tasks.paths import COMPLETE, CONFIG_FILE, ITERATIONS, ROLES, RUN_ID_FILE, RunPaths, parse_iteration
 from tasks.storage import DONE_MARKER
@@ -49,13 +49,6 @@ RUN_ENTRIES = ("seed", "models", ITERATIONS, "baseline", "eval", "mlflow.db", RU
 FOLDERS = ("seed", "seed/store", "models", "models/init", "models/bootstrap", "baseline", ITERATIONS, "eval")
 FILES = (CONFIG_FILE, RUN_ID_FILE, "seed/heldout.jsonl", "seed/reserved.json", "seed/dev.jsonl",
          "seed/judge_benchmark.jsonl", "seed/judge_benchmark_dev.jsonl", "baseline/metrics.json")
-# What each iteration stage leaves for the stages after it: file -> (record type, at least one record)
-STAGE_RECORDS: dict[str, dict[str, tuple[type[BaseModel], bool]]] = {
-    "select": {"tasks.jsonl": (Task, True)},
-    "rollout": {"trajectories.jsonl": (Trajectory, True)},
-    "judge": {"judged.jsonl": (JudgedStep, False)},
-    "data": {"policy.jsonl": (TrainingSample, False), "judge.jsonl": (TrainingSample, False)},
-}
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 MAX_HEADER = 100 * 2**20  # a safetensors header larger than this is corrupt
 
@@ -355,6 +348,13 @@ def _check_run_level(paths: RunPaths) -> None:
                 _done(folder)
 
 
+def _records_of(name: str) -> tuple[tuple[str, type, bool], ...]:
+    """What the iteration stage `name` leaves for the stages after it (its @stage(records=...))."""
+    from tasks.pipeline import ITERATION  # the stages import Prefect: only when a run folder is checked
+
+    return next((s.records for s in ITERATION if s.name == name), ())
+
+
 def _check_iterations(paths: RunPaths, iterations: list[tuple[int, Path]]) -> None:
     """Markers of every iteration; the outputs of finished stages of unfinished iterations (the next run
     reads them); the models every finished training stage points to; the store the next iteration
@@ -376,7 +376,7 @@ def _check_iterations(paths: RunPaths, iterations: list[tuple[int, Path]]) -> No
                 _json_object(stage / "metrics.json", "an evaluation's metrics.json")
             if complete:
                 continue
-            for name, (record_type, required) in STAGE_RECORDS.get(stage.name, {}).items():
+            for name, record_type, required in _records_of(stage.name):
                 _records(stage / name, record_type, required, why)
             if stage.name == "adapt":
                 _store(stage / "store", why)

@@ -45,6 +45,13 @@ class Stage:
     retries: int = 0
     retry_delay_s: float = 0.0
     timeout_s: float | None = None
+    # bookkeeping, not model or environment work (its seconds count as orchestration overhead)
+    bookkeeping: bool = False
+    # later iterations read this stage's latest folder (the task store, the models): fetched with them
+    carried: bool = False
+    # what the stage leaves for the stages after it: (file, record type, at least one record) — checked
+    # by the preflight before a run resumes
+    records: tuple[tuple[str, type, bool], ...] = ()
     task: Task = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -104,9 +111,12 @@ class Stage:
 
 
 def stage(*, scope: Literal["iteration", "run"] = "iteration", folder: str | None = None, retries: int = 0,
-          retry_delay_s: float = 0.0, timeout_s: float | None = None) -> Callable[[Body], Stage]:
-    """Declare the decorated body as a stage named after the function (see the module doc)."""
+          retry_delay_s: float = 0.0, timeout_s: float | None = None, bookkeeping: bool = False,
+          carried: bool = False, records: tuple[tuple[str, type, bool], ...] = ()) -> Callable[[Body], Stage]:
+    """Declare the decorated body as a stage named after the function (see the module doc and the
+    fields of Stage)."""
     def declare(body: Body) -> Stage:
-        return Stage(body.__name__, body, scope, folder, retries, retry_delay_s, timeout_s)
+        return Stage(body.__name__, body, scope, folder, retries, retry_delay_s, timeout_s, bookkeeping, carried,
+                     records)
 
     return declare

@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from rla_core.numerics import numerics_tags
 from tasks.object_store import configure_mlflow_s3, open_run_store
 from tasks.paths import ROLES, RunPaths, run_config
+from tasks.stage import Stage
 from tasks.run_report import headline_metrics, overview_markdown, plot_overview, read_curves
 from tasks.model_registry import best_tags, heldout_tags, model_name
 from tasks.tracking import RUN_ID_FILE, Tracker
@@ -25,9 +26,6 @@ def tracker_for(run_dir: str) -> Tracker:
     return Tracker(run_dir, cfg.tracking, run_name=cfg.run.name)
 
 
-# Stages that are bookkeeping, not model or environment work: the data gates (Great Expectations) and
-# the commit (DVC). With everything between the stage bodies they make the orchestration overhead.
-ORCHESTRATION_STAGES = ("validate", "commit")
 
 
 class IterationLog:
@@ -49,11 +47,13 @@ class IterationLog:
         tracker.start_iteration(iteration)  # RUNNING again when an interrupted iteration resumes
         return cls(tracker, iteration)
 
-    def stage(self, name: str, summary: dict) -> dict:
+    def stage(self, stage: Stage, summary: dict) -> dict:
+        """Log a finished stage's summary; a bookkeeping stage's seconds (the gates, the commit) count as
+        orchestration, not compute."""
         metrics = {k: v for k, v in summary.get("metrics", {}).items() if isinstance(v, (int, float))}
         if "seconds" in summary:
-            metrics[f"time/{name}_s"] = summary["seconds"]
-            if name not in ORCHESTRATION_STAGES:
+            metrics[f"time/{stage.name}_s"] = summary["seconds"]
+            if not stage.bookkeeping:
                 self.compute_seconds += summary["seconds"]
         self.resumed |= bool(summary.get("resumed"))
         self.tracker.log_metrics(metrics, step=self.iteration, iteration=self.iteration)

@@ -89,11 +89,11 @@ def train_rank(payload: dict) -> dict[str, float]:
     return _train_here(paths, cfg, k, Path(payload["out"]), role, payload["lr"], load_batch(paths, k, role))
 
 
-@stage()
+@stage(carried=True)
 def train_policy(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     return train_role(paths, cfg, k, out, "policy", cfg.train.lr, enabled=True)
 
 
-@stage()
+@stage(carried=True)
 def train_judge(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     return train_role(paths, cfg, k, out, "judge", cfg.train.judge_lr, enabled=cfg.judge.train)

@@ -42,7 +42,7 @@ def run_gates(paths: RunPaths, cfg: Config, k: int) -> list:
     return results
 
 
-@stage()
+@stage(bookkeeping=True)
 def validate(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     if not cfg.gates.enabled:
         return {"metrics": {}, "gates": "disabled"}

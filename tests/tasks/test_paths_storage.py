@@ -225,3 +225,13 @@ def test_the_start_folders_are_the_start_stages_folders():
     from tasks.pipeline import START_STAGES
 
     assert tuple(s.folder for s in START_STAGES) == START_FOLDERS
+
+
+def test_the_stage_properties_are_declared_on_the_stages():
+    from tasks.object_store import CARRIED_STAGES
+    from tasks.pipeline import ITERATION
+
+    assert tuple(s.name for s in ITERATION if s.carried) == CARRIED_STAGES
+    assert {s.name: [name for name, _, _ in s.records] for s in ITERATION if s.records} == {
+        "select": ["tasks.jsonl"], "rollout": ["trajectories.jsonl"], "judge": ["judged.jsonl"],
+        "data": ["policy.jsonl", "judge.jsonl"]}
