@@ -38,6 +38,7 @@ def embedded_environment() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# Over 60 lines: the whole argument table of `rla`, one add_argument after another.
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rla", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -217,6 +217,7 @@ def outcome_weights(steps: Iterable[tuple[str, bool]]) -> dict[tuple[str, bool],
     return weights
 
 
+# Over 60 lines: the judge reward of DESIGN §2 step by step, each line a term of the formula.
 def judge_samples(
     trajectories: Sequence[Trajectory],
     judged: Iterable[JudgedStep] | Mapping[StepKey, JudgedStep],

@@ -61,6 +61,7 @@ def render_table(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+# Over 60 lines: checks, then play, judge and tabulate, in the order `rla eval --games` reports them.
 def evaluate_games(cfg: Config, run_dir: str | Path, iteration: int, games_dir: Path, episodes: int = 1,
                    temperature: float = 0.0) -> dict:
     """Play and judge every game under `games_dir` (module doc); returns the result dict."""

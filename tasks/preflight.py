@@ -20,6 +20,7 @@ Checked, where it exists and the command will read it:
                     (each task for this environment, with a valid spec), eval.judge_benchmark and
                     eval.dev_judge_benchmark
 """
+# Over 400 lines: every check of a run folder and of the inputs of every command, in the order they run.
 from __future__ import annotations
 
 import functools

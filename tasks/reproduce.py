@@ -22,6 +22,8 @@ pulled alone from the remote (or read from the run folder while it still has the
 JSON/JSONL file, the lines that differ and the largest difference of their numeric fields; and one summary
 line. Everything `reproduce` returns is written to `<scratch>/reproduce.json`.
 """
+# Over 400 lines: records, restoring and comparing belong together (one record format); the re-run itself is
+# tasks/rerun.py.
 from __future__ import annotations
 
 import hashlib

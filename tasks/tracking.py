@@ -22,6 +22,8 @@ Config: `config.yaml` is logged once per training run (its first config); a late
 (JSON list of {"iterations", "time"}, one entry per change), besides the `override.run.iterations` tag
 of `log_params`.
 """
+# Over 400 lines: the MLflow run half of Tracker (runs, params, metrics, artifacts, relocation); the registry
+# half is tasks/model_registry.py.
 from __future__ import annotations
 
 import json

@@ -38,3 +38,25 @@ def test_the_tool_sees_an_import_inside_a_function_and_a_circle(tmp_path):
     graph = tool.arrows(tmp_path)
     assert "flows.x" in graph["tasks.a"]
     assert tool.circles(graph) == [["flows.x", "flows.y"]]
+
+
+def _sources():
+    for package in ("rla_core", "tasks", "flows", "rla_bench"):
+        yield from sorted((ROOT / package).rglob("*.py"))
+
+
+def test_no_file_over_400_lines_and_no_function_over_60_without_the_reason_beside_it():
+    import ast
+
+    long_files, long_functions = [], []
+    for path in _sources():
+        text = path.read_text()
+        lines = text.splitlines()
+        if len(lines) > 400 and "# Over 400 lines: " not in text:
+            long_files.append((str(path.relative_to(ROOT)), len(lines)))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if not lines[first - 2].startswith("# Over 60 lines: "):
+                    long_functions.append((str(path.relative_to(ROOT)), node.name))
+    assert long_files == [] and long_functions == []

@@ -19,6 +19,7 @@ A generated spec keeps its pipeline (`family`, `ops`, `seed`): the statement, th
 and the ground-truth tests all derive from it, so a rewrite changes the pipeline itself (one operation
 more or less) and the problem stays the same problem, one step harder or easier.
 """
+# Over 400 lines: the operation table of the procedural problems (about 200 lines of data) with its spec.
 from __future__ import annotations
 
 import hashlib

@@ -35,6 +35,8 @@ Why bubblewrap rather than util-linux unshare/setpriv: one unprivileged binary b
 namespace (read-only root with only what a program needs) together with the user/PID/net namespaces,
 loads a seccomp filter and dies with its parent; with unshare the mount set-up needs root inside the
 user namespace, i.e. uid 0 where the program runs, or a privileged helper."""
+# Over 400 lines: the host side of the sandbox's isolation (namespaces, limits, seccomp, the runner's
+# protocol), kept in one file so that a security review reads it whole.
 from __future__ import annotations
 
 import atexit

@@ -31,6 +31,7 @@ address-space limit is spent the same whatever else is in the batch.
 Why the program cannot forge a report: the runner is PID 1 of its PID namespace, so signals from inside
 without a handler (SIGKILL, SIGSTOP) do not reach it; it is non-dumpable, so the program (same uid) can
 neither ptrace it nor open /proc/1/fd/1 or /proc/1/mem (ptrace is also refused by seccomp)."""
+# Over 400 lines: a stdlib-only program that runs as the sandbox's PID 1: it must be one file.
 import _json
 import _signal as signal  # the C module: `signal` would import enum, functools, collections
 import atexit
