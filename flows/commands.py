@@ -60,8 +60,17 @@ def summary_table(run_dir: str) -> str:
     return "\n".join(lines)
 
 
+def _portable(summary: dict) -> dict:
+    """The summary with a run_dir under the current directory made relative: a committed --out file
+    (the root DVC pipeline's pipeline/*.json) names no path of the machine that wrote it."""
+    run_dir = summary.get("run_dir")
+    if isinstance(run_dir, str) and Path(run_dir).is_absolute() and Path(run_dir).is_relative_to(Path.cwd()):
+        return {**summary, "run_dir": str(Path(run_dir).relative_to(Path.cwd()))}
+    return summary
+
+
 def _emit(summary: dict, out: str | None) -> None:
-    text = json.dumps(summary, indent=2, sort_keys=True, default=str)
+    text = json.dumps(_portable(summary), indent=2, sort_keys=True, default=str)
     if out:
         write_text(out, text + "\n")
     print(text)

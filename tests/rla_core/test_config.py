@@ -4,7 +4,7 @@ from typing import get_args
 import pytest
 from pydantic import BaseModel
 
-from rla_core.config import Config, ConfigError, load_config
+from rla_core.config import PROJECT_ROOT, Config, ConfigError, load_config
 
 
 def test_defaults_load_and_match_the_model_defaults():
@@ -180,3 +180,11 @@ def test_a_run_config_written_before_the_sampler_key_loads_with_the_sampler_it_r
     assert refusal is not None and "rollout.sampler=multinomial" in refusal and "rollout.sampler=inverse_cdf" in refusal
     with pytest.raises(ConfigError, match="rollout.sampler"):
         load_config(overrides=["rollout.sampler=gumbel"])
+
+
+def test_the_dvc_pipeline_params_are_the_quickstart():
+    """params.yaml (the root DVC pipeline) runs the quickstart's config under its own run name."""
+    quick = load_config([PROJECT_ROOT / "configs" / "quickstart.yaml"], []).model_dump()
+    params = load_config([PROJECT_ROOT / "params.yaml"], []).model_dump()
+    quick["run"].pop("name"), params["run"].pop("name")
+    assert params == quick
