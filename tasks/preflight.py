@@ -38,6 +38,7 @@ from rla_core.config import Config, ConfigError, load_config, load_run_config, r
 from rla_core.envs.base import check_task_lines, get_environment
 from rla_core.errors import BadValue, DataError, MissingFile
 from rla_core.judge.benchmark import BenchmarkStep
+from rla_core.models.pretrained import resolve as resolve_model
 from rla_core.records import explain_record_error, load_json_file, read_numbered
 from rla_core.schemas import Task
 from tasks.common import bind_environment
@@ -261,9 +262,10 @@ def _check_inputs(cfg: Config, paths: RunPaths | None) -> None:
         for role in ("policy", "judge", "environment"):
             spec = getattr(cfg.models, role)
             if spec.path is not None:
-                if not Path(spec.path).exists():
+                folder = Path(resolve_model(spec.path))  # a known name: converted (once) here
+                if not folder.exists():
                     raise MissingFile(f"models.{role}.path: model folder not found: {spec.path}")
-                check_model_dir(Path(spec.path), f" (models.{role}.path)")
+                check_model_dir(folder, f" (models.{role}.path)")
 
 
 # --------------------------------------------------------------------------- the run folder

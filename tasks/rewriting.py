@@ -17,6 +17,7 @@ from rla_core.envs.base import get_environment
 from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import CriticFeedback, Direction, Task
 from tasks.engines import engine_for
+from rla_core.models.pretrained import resolve
 from tasks.paths import RunPaths
 from tasks.reserved import reserved_hashes
 
@@ -25,7 +26,7 @@ def environment_model_dir(cfg: Config, paths: RunPaths) -> Path:
     """The environment model the llm rewriter samples from: the configured path, else the warm-start
     when the bootstrap wrote one, else the untrained tiny model."""
     if cfg.models.environment.path:
-        return Path(cfg.models.environment.path)
+        return Path(resolve(cfg.models.environment.path))
     warm = paths.bootstrap / "environment"
     return warm if (warm / "config.json").is_file() else paths.init_models / "environment"
 

@@ -153,9 +153,12 @@ def load_pretrained(
 def build_or_load(
     spec: ModelSpec, tokenizer: PreTrainedTokenizerBase | None, seed: int
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """`spec.path` set → (model, tokenizer) loaded from it; else a tiny model for `tokenizer`."""
+    """`spec.path` set → (model, tokenizer) loaded from it (a known model name, e.g. smollm2-135m-instruct,
+    resolves to its converted directory: rla_core/models/pretrained.py); else a tiny model for `tokenizer`."""
     if spec.path is not None:
-        return load_pretrained(spec.path)
+        from rla_core.models.pretrained import resolve
+
+        return load_pretrained(resolve(spec.path))
     if tokenizer is None:
         raise ValueError("building a tiny model (model path is None) needs a tokenizer")
     return build_model(spec, tokenizer, seed), tokenizer
