@@ -202,6 +202,8 @@ class TrainConfig(_Section):
     old_logprobs: Literal["recompute", "rollout"] = Field(
         "recompute", description="log π_old: recomputed before the first step, or the log-probs the generation "
         "recorded (same weights, one forward pass less; numbers equal up to float rounding)")
+    trainable: str = Field("all", pattern=r"^(all|last_layers:[1-9][0-9]*)$", description="weights an update trains (and the "
+                           "warm-start): all, or last_layers:N (the last N decoder blocks, final norm, output head)")
     minibatch_size: int = Field(256, gt=0, description="at most this many samples per optimizer step")
     optimizer_steps: int | None = Field(
         None, gt=0, description="exactly this many optimizer steps per update, the samples split evenly "

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from rla_core.compute import cap_samples, compute_metrics
+from rla_core.training import trainable
 from rla_core.config import Config, TrainConfig
 from rla_core.schemas import TrainingSample, Trajectory
 from rla_core.training.base import get_trainer
@@ -67,6 +68,7 @@ def _train_here(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: 
                 samples: list) -> dict[str, float]:
     start_dir = paths.model_dir(k, role)
     model, tokenizer = load_model(start_dir)
+    counts = trainable.apply(model, cfg.train.trainable)
     state = start_dir / "optimizer.pt"
     trainer = get_trainer(cfg.train.backend)(model, cfg.train, lr, state if state.is_file() else None)
     reference = None
@@ -74,6 +76,8 @@ def _train_here(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: 
         reference, _ = load_model(paths.bootstrap / role)
     metrics = trainer.train(samples, reference, stage_seed(cfg, k, f"train_{role}"))
     trainer.save(out / "model", tokenizer=tokenizer)
+    if cfg.train.trainable != "all":
+        metrics = {**metrics, **counts}
     return metrics
 
 

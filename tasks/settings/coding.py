@@ -35,6 +35,7 @@ from rla_core.models.factory import save_pretrained
 from rla_core.models.tokenizer import train_tokenizer
 from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import ProgramRun, Step, Task, Trajectory, UnitTest
+from rla_core.training import trainable as trainable_weights
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, progress_bar, stage_seed
 from tasks.engines import engine_for
@@ -229,6 +230,7 @@ class CodingSetting(Setting):
             start = time.perf_counter()
             model, tokenizer = load_model(paths.init_models / role)
             model.train()
+            trainable_weights.apply(model, cfg.train.trainable)
             metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps, batch_size=boot.batch_size,
                                           lr=lr, seed=cfg.run.seed, desc=f"bootstrap {role}")
             save_pretrained(model, tokenizer, paths.bootstrap / role)

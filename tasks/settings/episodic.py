@@ -37,6 +37,7 @@ from rla_core.rewards import judge_samples, policy_samples
 from rla_core.rollout.base import SamplingParams
 from rla_core.rollout.runner import rollout_metrics
 from rla_core.schemas import CriticFeedback, JudgedStep, Task, Trajectory
+from rla_core.training import trainable as trainable_weights
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, progress_bar, stage_seed
 from tasks.engines import engine_for, judge_all, rollout_tasks
@@ -258,6 +259,7 @@ class EpisodicSetting(Setting):
         for role, (pairs, steps) in jobs.items():
             model, tokenizer = load_model(paths.init_models / role)
             model.train()
+            trainable_weights.apply(model, cfg.train.trainable)
             metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
                                           batch_size=boot.batch_size, lr=boot.lr, seed=cfg.run.seed,
                                           desc=f"bootstrap {role}")

@@ -1,0 +1,53 @@
+"""train.trainable: which weights an update (and the warm-start) trains."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rla_core.config import ConfigError, ModelSpec, load_config
+from rla_core.models.factory import build_model
+from rla_core.models.tokenizer import train_tokenizer
+from rla_core.training import trainable
+from rla_core.training.sft import supervised_finetune
+
+
+@pytest.fixture()
+def tiny():
+    tokenizer = train_tokenizer(["go to the desk", "take the lamp", "use the lamp"] * 20, 300)
+    spec = ModelSpec(hidden_size=32, num_layers=4, num_heads=2, intermediate_size=64)
+    return build_model(spec, tokenizer, 0), tokenizer
+
+
+def test_all_changes_nothing_and_last_layers_trains_only_the_top(tiny):
+    model, _ = tiny
+    total = sum(p.numel() for p in model.parameters())
+    assert trainable.apply(model, "all") == {"trainable_params": float(total), "total_params": float(total)}
+    counts = trainable.apply(model, "last_layers:1")
+    layers = trainable.decoder_layers(model)
+    assert all(p.requires_grad for p in layers[-1].parameters())
+    assert not any(p.requires_grad for layer in layers[:-1] for p in layer.parameters())
+    assert all(p.requires_grad for p in model.get_output_embeddings().parameters())
+    expected = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert counts["trainable_params"] == expected < total
+
+
+def test_a_frozen_block_does_not_move_in_a_warm_start(tiny):
+    model, tokenizer = tiny
+    trainable.apply(model, "last_layers:2")
+    layers = trainable.decoder_layers(model)
+    frozen = [p.detach().clone() for p in layers[0].parameters()]
+    top = [p.detach().clone() for p in layers[-1].parameters()]
+    ids = tokenizer(["take the lamp"], add_special_tokens=False)["input_ids"][0]
+
+    class Pair:
+        prompt_ids, response_ids = ids[:2], ids[2:] + [tokenizer.eos_token_id]
+
+    supervised_finetune(model, [Pair()] * 4, steps=3, batch_size=4, lr=1e-2, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(frozen, layers[0].parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(top, layers[-1].parameters()))
+
+
+@pytest.mark.parametrize("spec", ["last_layers:0", "last_layers", "some", "last_layers:-1"])
+def test_a_bad_spec_is_refused_by_the_config(spec):
+    with pytest.raises(ConfigError):
+        load_config(None, [f"train.trainable={spec}"])
