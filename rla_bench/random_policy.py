@@ -4,7 +4,7 @@ It never gives an invalid answer, so it is the success a trained policy reaches 
 Plays every game of a task file (data/textworld/dev.jsonl, heldout.jsonl) `--episodes` times with the
 run's horizon (rollout.max_steps of the config) and prints success with a 95 % Wilson interval.
 
-    python bench/textworld_random_policy.py --tasks data/textworld/dev.jsonl --games runs/<run>/games \
+    rla bench random-policy --tasks data/textworld/dev.jsonl --games runs/<run>/games \
         [--config configs/textworld.yaml] [--episodes 4] [--seed 0]
 
 `--games` is a game cache (a run's games/); games it lacks are built there first.
@@ -14,26 +14,22 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rla_core.config import load_config  # noqa: E402
-from rla_core.envs.textworld.family import TEXTWORLD  # noqa: E402
-from rla_core.judge.benchmark import random_chooser, scripted_trajectory  # noqa: E402
-from tasks.game_eval import wilson  # noqa: E402
-from tasks.settings.episodic import load_task_file  # noqa: E402
+from rla_core.config import load_config
+from rla_core.envs.textworld.family import TEXTWORLD
+from rla_core.judge.benchmark import random_chooser, scripted_trajectory
+from rla_core.stats import wilson
+from tasks.settings.episodic import load_task_file
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rla bench random-policy", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", required=True, help="a task file (data/textworld/dev.jsonl, heldout.jsonl)")
     parser.add_argument("--games", required=True, help="the game cache to play from (a run's games/)")
     parser.add_argument("--config", default="configs/textworld.yaml")
     parser.add_argument("--episodes", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     horizon = load_config([args.config]).rollout.max_steps
     TEXTWORLD.configure(args.games, workers=1)
     tasks = load_task_file(args.tasks, TEXTWORLD, horizon)
@@ -44,7 +40,6 @@ def main() -> None:
     print(json.dumps({"episodes": len(played), "success": wins / len(played), "ci95": [low, high],
                       "mean_steps": sum(len(t.steps) for t in played) / len(played), "tasks": args.tasks,
                       "games": len(tasks), "horizon": horizon, "seed": args.seed}, indent=2))
+    return 0
 
 
-if __name__ == "__main__":
-    main()

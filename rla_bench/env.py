@@ -1,6 +1,6 @@
 """Benchmark of the household environment: env steps/s, oracle-label calls/s, generation specs/s.
 
-Usage: python bench/bench_env.py [--specs 50] [--episodes 20] [--knobs '{"rooms": 2}']
+Usage: rla bench env [--specs 50] [--episodes 20] [--knobs '{"rooms": 2}']
 Episodes are played by a uniformly random policy over admissible commands (so they run to the
 step limit and visit many off-plan states). Label calls use a fresh episode per trajectory; episodes of
 one spec share its oracle cache (as `make` does in a rollout), which starts cold for each spec.
@@ -82,19 +82,18 @@ def bench_plans(env: HouseholdFamily, specs: list[dict]) -> None:
     print("make+reset+oracle_plan (cold):", _rate(len(specs), time.perf_counter() - start))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rla bench env", description=__doc__.splitlines()[0])
     parser.add_argument("--specs", type=int, default=50, help="specs generated")
     parser.add_argument("--episodes", type=int, default=20, help="random-policy episodes per spec")
     parser.add_argument("--knobs", default="{}", help="difficulty knobs as JSON")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     env, rng = get_environment("household"), random.Random(args.seed)
     specs = bench_generate(env, json.loads(args.knobs), args.specs, rng)
     trajectories = bench_steps(env, specs, args.episodes, rng)
     bench_labels(env, trajectories)
     bench_plans(env, specs)
+    return 0
 
 
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """GPU check of the transformers rollout backend: CUDA greedy decoding equals CPU greedy decoding token
 for token on a tiny model, and the batched decode rate on CUDA vs CPU (same prompts, same batch size).
 
-    python bench/gpu_check_engine.py --out gpu_check_engine.json     # < 1 min on one GPU
+    python tests/gpu/test_gpu_engine.py --out gpu_check_engine.json     # < 1 min on one GPU
 Prints one JSON object: tokens_equal (fraction of prompts whose greedy ids match), max |Δ logprob|,
 and episodes/s per device for greedy and sampled (n = 3) decoding.
 """
@@ -10,18 +10,18 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+pytestmark = [pytest.mark.gpu]  # opt-in: pytest -m gpu (on a CUDA machine)
 
-from rla_core.config import ModelSpec  # noqa: E402
-from rla_core.models.factory import build_model  # noqa: E402
-from rla_core.models.tokenizer import train_tokenizer  # noqa: E402
-from rla_core.rollout.base import SamplingParams, get_engine  # noqa: E402
+from rla_core.config import ModelSpec
+from rla_core.models.factory import build_model
+from rla_core.models.tokenizer import train_tokenizer
+from rla_core.rollout.base import SamplingParams, get_engine
 
 
 def timed_generate(engine, prompts, params, device: str) -> tuple[list, float]:
@@ -34,13 +34,13 @@ def timed_generate(engine, prompts, params, device: str) -> tuple[list, float]:
     return out, time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=512)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     assert torch.cuda.is_available(), "this check needs a CUDA device"
     tokenizer = train_tokenizer([f"go to shelf {i} take apple {i * 3} \\boxed{{{i % 9}}}" for i in range(400)],
                                 vocab_size=800)
@@ -65,7 +65,14 @@ def main() -> None:
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=2))
     print(text)
+    return report
 
+
+def test_cuda_greedy_decoding_equals_cpu_greedy_decoding():
+    """Greedy ids on CUDA equal those on CPU for (almost) every prompt; near-tied logits may flip a few
+    (the 0.95 floor is a first guess, to be set from the first GPU run's report)."""
+    report = main(["--prompts", "128", "--batch", "64"])
+    assert report["tokens_equal"] >= 0.95, report
 
 if __name__ == "__main__":
     main()

@@ -4,32 +4,29 @@ policy a run starts iteration 1 from (the warm-start) and the one after its last
 Train success counts each slot's current version, which adaptation may have made easier; this scores
 both policies on the same fixed games instead.
 
-    python bench/textworld_slot_games.py --run runs/<run> [--episodes 4] [--seed 123]
+    rla bench slot-games --run runs/<run> [--episodes 4] [--seed 123]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rla_core.adaptation.store import TaskStore  # noqa: E402
-from rla_core.config import load_run_config  # noqa: E402
-from rla_core.rollout.runner import rollout_metrics  # noqa: E402
-from tasks.common import bind_environment  # noqa: E402
-from tasks.engines import rollout_tasks  # noqa: E402
-from tasks.game_eval import wilson  # noqa: E402
-from tasks.paths import RunPaths  # noqa: E402
+from rla_core.adaptation.store import TaskStore
+from rla_core.config import load_run_config
+from rla_core.rollout.runner import rollout_metrics
+from tasks.common import bind_environment
+from tasks.engines import rollout_tasks
+from rla_core.stats import wilson
+from tasks.paths import RunPaths
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rla bench slot-games", description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="a finished run folder")
     parser.add_argument("--episodes", type=int, default=4, help="sampled episodes per slot game")
     parser.add_argument("--seed", type=int, default=123)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     run = Path(args.run)
     cfg = load_run_config(run / "config.yaml")
     paths = RunPaths.of(run)
@@ -44,7 +41,6 @@ def main() -> None:
         report[name] = {**{n: round(v, 4) for n, v in metrics.items()}, "ci95": [round(x, 4) for x in
                                                                                wilson(wins, len(played))]}
     print(json.dumps(report, indent=2))
+    return 0
 
 
-if __name__ == "__main__":
-    main()

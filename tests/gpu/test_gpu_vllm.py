@@ -2,7 +2,7 @@
 tests/rla_core/rollout/test_vllm_engine.py, sized up and timed).
 
 Usage (on a CUDA machine with the gpu extra installed):
-    python bench/gpu_check_vllm.py [--prompts 64] [--steps 16] [--dtype float32] [--tol 1e-3]
+    python tests/gpu/test_gpu_vllm.py [--prompts 64] [--steps 16] [--dtype float32] [--tol 1e-3]
 
 Checks, each printed as PASS/FAIL with numbers, exit status 1 if any fails:
   1. greedy ids of vLLM == greedy ids of the transformers backend (run on CPU in float32), and the
@@ -21,7 +21,10 @@ import json
 import sys
 import time
 
+import pytest
 import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.vllm]  # opt-in: pytest -m gpu (on a CUDA machine)
 
 from rla_core.config import ModelSpec, VllmConfig
 from rla_core.models.factory import build_model
@@ -32,7 +35,7 @@ TEXTS = ["go to fridge 1 and open it", "take apple 1 from countertop 1", "\\boxe
          "You arrive at cabinet 3. The cabinet 3 is closed.", "Your task is to: put a clean mug in cabinet 2."]
 
 
-def _args() -> argparse.Namespace:
+def _args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=64, help="prompts per generate call")
     parser.add_argument("--steps", type=int, default=16, help="max new tokens")
@@ -43,7 +46,7 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--tol", type=float, default=1e-3, help="max |Δ log-prob| allowed")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     parser.add_argument("--weight-sync", default="load_weights", choices=["load_weights", "sleep_wake"])
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def _setup(args: argparse.Namespace):
@@ -114,8 +117,8 @@ def check_n(vllm_engine, prompts, steps: int) -> dict:
     return {"ok": grouped and len(sampled) == 32 and distinct > 1, "grouped": grouped, "distinct_of_4": distinct}
 
 
-def main() -> int:
-    args = _args()
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device: this check is for GPUs (the CPU twin is tests/rla_core/rollout/test_vllm_engine.py)")
         return 2
@@ -139,6 +142,10 @@ def main() -> int:
     print(json.dumps({"build_s": report["build_s"], "device": report["device"]}))
     return 0 if all(r["ok"] for r in checks.values()) else 1
 
+
+def test_vllm_matches_the_transformers_backend():
+    """Every check of the module doc passes (exit status 0)."""
+    assert main([]) == 0
 
 if __name__ == "__main__":
     sys.exit(main())

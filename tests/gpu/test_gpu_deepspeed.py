@@ -6,26 +6,26 @@ also written to --out): per-run step losses, max relative loss diff vs torch, me
 (after the first step), peak CUDA memory, plus versions. fp32 runs should match torch within 1e-4
 relative; bf16 runs are reported, not asserted (bf16 weights change the numbers by ~1e-2).
 
-    python bench/gpu_check_deepspeed.py --out gpu_check_deepspeed.json     # ~1–2 min on one GPU
+    python tests/gpu/test_gpu_deepspeed.py --out gpu_check_deepspeed.json     # ~1–2 min on one GPU
 """
 from __future__ import annotations
 
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+pytestmark = [pytest.mark.gpu]  # opt-in: pytest -m gpu (on a CUDA machine)
 
-from rla_core.config import DeepSpeedConfig, ModelSpec, TrainConfig  # noqa: E402
-from rla_core.models.factory import build_model  # noqa: E402
-from rla_core.models.tokenizer import train_tokenizer  # noqa: E402
-from rla_core.schemas import TrainingSample  # noqa: E402
-from rla_core.training import get_trainer  # noqa: E402
+from rla_core.config import DeepSpeedConfig, ModelSpec, TrainConfig
+from rla_core.models.factory import build_model
+from rla_core.models.tokenizer import train_tokenizer
+from rla_core.schemas import TrainingSample
+from rla_core.training import get_trainer
 
 RUNS = [("torch", None, False), ("zero2_fp32", 2, False), ("zero3_fp32", 3, False),
         ("zero2_bf16", 2, True), ("zero3_bf16", 3, True)]
@@ -73,7 +73,7 @@ def run_one(name: str, stage: int | None, bf16: bool, tokenizer, spec: ModelSpec
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--port", type=int, default=29517)
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     assert torch.cuda.is_available(), "this check needs a CUDA device"
     import deepspeed
     import transformers
@@ -117,7 +117,13 @@ def main() -> None:
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=2))
     print(text)
+    return report
 
+
+def test_deepspeed_fp32_matches_the_torch_backend():
+    """ZeRO-2 and ZeRO-3 in fp32 give the torch backend's losses within 1e-4 relative."""
+    report = main([])
+    assert report["fp32_parity_ok"], report["runs"]
 
 if __name__ == "__main__":
     main()

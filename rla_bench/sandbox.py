@@ -1,6 +1,6 @@
 """Throughput of the program sandbox (rla_core/envs/coding/sandbox.py): program × test executions per second.
 
-Usage: python bench/bench_sandbox.py [--programs 48] [--tests 6] [--out bench/results/sandbox.json]
+Usage: rla bench sandbox [--programs 48] [--tests 6] [--out bench/results/sandbox.json]
 
 One run measures, on the same P programs × T tests (a mix: correct, wrong, slow-ish, crashing; the
 default shape is the RL loop's: many programs with a handful of short tests each):
@@ -73,12 +73,12 @@ def uptime() -> str:
         return ""
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rla bench sandbox", description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, default=48)
     parser.add_argument("--tests", type=int, default=6)
     parser.add_argument("--out", default="bench/results/sandbox.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     limits = Limits()
     jobs = workload(args.programs, args.tests)
     executions = args.programs * args.tests
@@ -130,11 +130,10 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
+    return 0
 
 
 def _statuses(rows) -> list[list[str]]:
     return [[v.status for v in row] for row in rows]
 
 
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Benchmark of TextWorld games: game generation time per game, environment steps per second.
 
-Usage: python bench/bench_textworld.py [--games 12] [--episodes 3] [--workers 2] [--out bench/results/textworld.json]
+Usage: rla bench textworld [--games 12] [--episodes 3] [--workers 2] [--out bench/results/textworld.json]
 
 1. Generation: `--games` fresh `custom` games (world_size 1-3, nb_objects 2-6, quest_length 1-3, as
    configs/textworld.yaml) built one after another into an empty cache, timing the three parts of a
@@ -118,13 +118,13 @@ def bench_episode_steps(root: Path, specs: list[dict], episodes: int, rng: rando
     return {"steps": count, "steps_per_s": count / steps, "make_reset_s_per_episode": load / (len(specs) * episodes)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rla bench textworld", description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=12)
     parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default="bench/results/textworld.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -150,7 +150,6 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
+    return 0
 
 
-if __name__ == "__main__":
-    main()
