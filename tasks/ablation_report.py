@@ -125,6 +125,12 @@ def _relative(value: float, reference: float) -> float:
     return 0.0 if value == reference else (value - reference) / reference if reference else math.inf
 
 
+def _share(value: float, reference: float) -> str:
+    """The relative difference as a percentage; "first row: 0" where the first row spent none."""
+    relative = _relative(value, reference)
+    return "first row: 0" if math.isinf(relative) else f"{relative:+.1%}"
+
+
 def compute_table(results: list[RunResult], rows: list[str]) -> list[str]:
     """Markdown lines: what each row spent (means over its seeds), each relative to the first row; a row
     whose episodes or optimizer steps differ from the first row's by more than 5 % is flagged (samples and
@@ -143,8 +149,8 @@ def compute_table(results: list[RunResult], rows: list[str]) -> list[str]:
              "| row | episodes | policy samples | judge samples | tokens | policy / judge optimizer steps | "
              "equal compute |", "|---|---|---|---|---|---|---|"]
     for key, m in means.items():
-        cells = [f"{m[n]:,.0f} ({_relative(m[n], first[n]):+.1%})" for n in ("episodes", "policy_samples",
-                                                                             "judge_samples", "tokens")]
+        cells = [f"{m[n]:,.0f} ({_share(m[n], first[n])})" for n in ("episodes", "policy_samples", "judge_samples",
+                                                                   "tokens")]
         flagged = [n for n in ("episodes", "policy_steps") if abs(_relative(m[n], first[n])) > COMPUTE_TOLERANCE]
         verdict = "yes" if not flagged else "**no**: " + ", ".join(flagged) + " differ by > 5 %"
         lines.append(f"| ({key}) {ROWS[key].label} | {' | '.join(cells)} | {m['policy_steps']:.0f} / "
