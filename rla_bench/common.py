@@ -74,6 +74,7 @@ def policy_prompts(run_dir: Path, count: int, tokenizer: Any) -> tuple[list[list
     (the environment's own first observation and admissible commands); cycled when there are fewer tasks."""
     from rla_core.adaptation.store import TaskStore
     from rla_core.envs.base import get_environment
+    from rla_core.models.chat import encode_prompts
     from rla_core.rollout.prompts import policy_prompt
     from tasks.common import bind_environment
     from tasks.paths import RunPaths, run_config
@@ -94,7 +95,7 @@ def policy_prompts(run_dir: Path, count: int, tokenizer: Any) -> tuple[list[list
         observation = episode.reset()
         commands.append(episode.admissible_commands())
         texts.append(policy_prompt(episode.goal, [], observation, commands[-1], cfg.rollout.history_turns))
-    return tokenizer(texts)["input_ids"], texts, commands
+    return encode_prompts(tokenizer, texts), texts, commands
 
 
 def print_table(title: str, headers: list[str], rows: list[list[Any]]) -> None:

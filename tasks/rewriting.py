@@ -13,6 +13,7 @@ from pathlib import Path
 from rla_core.adaptation.cycle import Rewrite
 from rla_core.adaptation.rewriters import RewriteResult, get_rewriter
 from rla_core.config import Config
+from rla_core.models.chat import encode_prompts
 from rla_core.envs.base import get_environment
 from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import CriticFeedback, Direction, Task
@@ -44,7 +45,7 @@ def _llm_generate(cfg: Config, paths: RunPaths):
 
     def generate(prompts: list[str]) -> list[str]:
         # No special tokens: the warm-start tokenises its prompts the same way.
-        ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        ids = encode_prompts(tokenizer, prompts, add_special_tokens=False)
         params = SamplingParams(env.rewrite_max_new_tokens, temperature=env.rewrite_temperature,
                                 seed=call_seed(cfg.run.seed, prompts))
         return [g.text for g in engine.generate(ids, params)]

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rla_core.envs.base import EnvironmentFamily
+from rla_core.models.chat import encode_prompts
 from rla_core.judge.judge import judge_prompt, parse_verdict, verdict_rates
 from rla_core.rollout.base import RolloutEngine, SamplingParams
 from rla_core.rollout.prompts import Turn, policy_answer
@@ -125,7 +126,7 @@ def score_benchmark(engine: RolloutEngine, tokenizer: Any, steps: Sequence[Bench
     """m judge verdicts per benchmark step, and `benchmark_metrics` of them."""
     if not steps:
         return [], {}
-    prompt_ids = tokenizer([s.prompt(history_turns) for s in steps])["input_ids"]
+    prompt_ids = encode_prompts(tokenizer, [s.prompt(history_turns) for s in steps])
     params = SamplingParams(params.max_new_tokens, params.temperature, params.seed, n=m)
     generations = engine.generate(prompt_ids, params, progress)
     verdicts = [[parse_verdict(g.text) for g in generations[i * m:(i + 1) * m]] for i in range(len(steps))]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from rla_core.models.chat import encode_prompts
 from rla_core.rollout.base import RolloutEngine, SamplingParams
 from rla_core.rollout.prompts import Turn, format_history
 from rla_core.schemas import JudgedStep, JudgeSample, Trajectory, Verdict
@@ -85,7 +86,7 @@ def judge_trajectories(
         for step, text in zip(trajectory.steps, step_prompts(trajectory, history_turns)):
             keys.append((trajectory, step))
             texts.append(text)
-    prompt_ids = tokenizer(texts)["input_ids"] if texts else []
+    prompt_ids = encode_prompts(tokenizer, texts)
     params = SamplingParams(params.max_new_tokens, params.temperature, params.seed, n=m)
     generations = engine.generate(prompt_ids, params, progress)
     judged = []

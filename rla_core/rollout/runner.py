@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rla_core.envs.base import EnvironmentFamily, Episode
+from rla_core.models.chat import encode_prompts
 from rla_core.rollout.base import RolloutEngine, SamplingParams
 from rla_core.rollout.prompts import Turn, parse_action, policy_prompt
 from rla_core.schemas import Step, Task, Trajectory
@@ -72,7 +73,7 @@ def play(
         commands = [live.episode.admissible_commands() for live in active]
         texts = [policy_prompt(l.episode.goal, l.history, l.observation, c, history_turns)
                  for l, c in zip(active, commands)]
-        prompt_ids = tokenizer(texts)["input_ids"]
+        prompt_ids = encode_prompts(tokenizer, texts)
         turn_params = SamplingParams(params.max_new_tokens, params.temperature, params.seed * 1000 + turn)
         generations = engine.generate(prompt_ids, turn_params)
         for live, ids, gen, cmds in zip(active, prompt_ids, generations, commands):

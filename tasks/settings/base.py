@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from rla_core.config import Config
+from rla_core.models.chat import encode_pairs
 from rla_core.models.factory import build_or_load, save_pretrained
 from tasks.paths import RunPaths
 
@@ -112,9 +113,7 @@ class Pair:
 
 
 def tokenize_pairs(tokenizer, pairs: list[tuple[str, str]]) -> list[Pair]:
-    prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
-    targets = tokenizer([t for _, t in pairs], add_special_tokens=False)["input_ids"]
-    return [Pair(p, t + [tokenizer.eos_token_id]) for p, t in zip(prompts, targets)]
+    return [Pair(p, t) for p, t in encode_pairs(tokenizer, pairs)]
 
 
 def build_models(paths: RunPaths, cfg: Config, tokenizer) -> dict:

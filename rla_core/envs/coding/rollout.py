@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rla_core.envs.coding.prompts import judge_prompt, parse_program, parse_test, policy_prompt
+from rla_core.models.chat import encode_prompts
 from rla_core.rollout.base import RolloutEngine, SamplingParams
 from rla_core.schemas import Step, Task, Trajectory, UnitTest
 
@@ -15,7 +16,7 @@ def _sample(engine: RolloutEngine, tokenizer: Any, prompts: list[str], n: int, p
             progress: Callable[[int], None] | None) -> tuple[list[list[int]], list]:
     """(prompt ids, n generations per prompt grouped by prompt) in one engine call; no special tokens,
     as the warm-start tokenises its prompts."""
-    ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    ids = encode_prompts(tokenizer, prompts, add_special_tokens=False)
     return ids, engine.generate(ids, SamplingParams(params.max_new_tokens, params.temperature, params.seed, n=n),
                                 progress)
 
