@@ -5,8 +5,9 @@ From the run folder alone (baseline and evaluate stages, data and stage summarie
   overview_markdown  the run's description: held-out success before and after with 95 % intervals,
                      the judge on its benchmark, dev, compute and wall time
   headline_metrics   the same numbers as short final metrics (`heldout_before`, `heldout_after`,
-                     `heldout_gain`, `judge_before`, `judge_after`, `dev_after`, `episodes`, `minutes`), so
-                     that the MLflow runs table can show them as columns
+                     `heldout_gain`, `judge_before`, `judge_after`, `dev_after`, `episodes`; the stage
+                     time as `time/minutes`, with every timing under time/), so that the MLflow runs
+                     table can show them as columns
   plot_overview      overview.png: held-out success per evaluation with its 95 % band (iteration 0 = the
                      warm start) beside the train success, the judge's benchmark score, and the seconds
                      of each stage per iteration, stacked
@@ -104,7 +105,7 @@ def headline_metrics(paths: RunPaths, curves: Curves | None = None) -> dict[str,
         out["episodes"] = curves.compute["compute/episodes"]
     seconds = sum(sum(v) for v in curves.stage_seconds.values())
     if seconds:
-        out["minutes"] = seconds / 60
+        out["time/minutes"] = seconds / 60
     return out
 
 
@@ -148,7 +149,7 @@ def overview_markdown(paths: RunPaths, curves: Curves | None = None) -> str:
                                                            ("compute/policy_samples", "policy samples"),
                                                            ("compute/judge_samples", "judge samples"),
                                                            ("compute/tokens", "tokens")) if k in compute)
-                  + (f"; {heads['minutes']:.1f} minutes of stage time." if "minutes" in heads else ".")]
+                  + (f"; {heads['time/minutes']:.1f} minutes of stage time." if "time/minutes" in heads else ".")]
     lines += ["", "Curves: `overview.png` (artifacts). Held-out scores are for reading only: the registry's "
               "`best` alias is chosen on dev."]
     return "\n".join(lines)
