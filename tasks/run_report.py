@@ -40,7 +40,15 @@ def _stage_names(paths: RunPaths, k: int) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
+def _summary(paths: RunPaths, k: int, stage: str) -> dict:
+    """A stage's summary, {} when this machine does not have the stage folder (a run resumed from the
+    object store fetches only what its stages read: the overview then shows what is here)."""
+    folder = paths.stage(k, stage)
+    return done_summary(folder) if is_done(folder) else {}
+
+
 def read_curves(paths: RunPaths) -> Curves:
+    """Everything the overview shows, read from the run folder (what this machine has of it)."""
     curves = Curves()
     baseline = paths.baseline / "metrics.json"
     if baseline.is_file():
@@ -48,7 +56,7 @@ def read_curves(paths: RunPaths) -> Curves:
         curves.evaluations.append(read_json(baseline))
     for k in paths.completed_iterations():
         curves.iterations.append(k)
-        rollout = done_summary(paths.stage(k, "rollout")).get("metrics", {})
+        rollout = _summary(paths, k, "rollout").get("metrics", {})
         curves.train_success.append(rollout.get("train/success_rate", float("nan")))
         for name in _stage_names(paths, k):
             if is_done(paths.stage(k, name)):
@@ -56,7 +64,7 @@ def read_curves(paths: RunPaths) -> Curves:
                 curves.stage_seconds.setdefault(name, [0.0] * (len(curves.iterations) - 1)).append(seconds)
         for series in curves.stage_seconds.values():
             series += [0.0] * (len(curves.iterations) - len(series))
-        for key, value in done_summary(paths.stage(k, "data")).get("metrics", {}).items():
+        for key, value in _summary(paths, k, "data").get("metrics", {}).items():
             if key.startswith("compute/"):
                 curves.compute[key] = curves.compute.get(key, 0.0) + value
         if paths.it(k).eval_metrics.is_file():
@@ -139,6 +147,8 @@ def overview_markdown(paths: RunPaths, curves: Curves | None = None) -> str:
         lines.append(f"| judge benchmark `{key}` | {_cell(before, key)} | {_cell(after, key) if last else 'n/a'} "
                      f"| {change} |")
     for key, label in (("dev/success_rate", "dev success (model selection)"),
+                       ("dev/bench_balanced_acc", "judge dev benchmark balanced accuracy"),
+                       ("dev/bench_ut_accuracy", "judge dev benchmark UT accuracy"),
                        ("heldout_greedy/success_rate", "held-out success (greedy)")):
         if key in before or key in after:
             lines.append(f"| {label} | {_cell(before, key)} | {_cell(after, key) if last else 'n/a'} | |")

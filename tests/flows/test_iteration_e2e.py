@@ -115,17 +115,20 @@ def test_the_parent_run_says_at_a_glance_whether_training_helped(trained_run):
     after = json.loads(paths.it(2).eval_metrics.read_text())
     note = run.data.tags["mlflow.note.content"]
     assert "held-out success (95 % interval)" in note and f"{before['heldout/success_rate']:.3f} (" in note
-    assert f"{after['heldout/success_rate']:.3f} (" in note and "bench/balanced_acc" in note
+    assert f"{after['heldout/success_rate']:.3f} (" in note, note
     gain = after["heldout/success_rate"] - before["heldout/success_rate"]
     assert f"{gain * 100:+.1f} points" in note
+    # the micro run scores the judge on the dev benchmark only: that row, and no held-out judge row
+    assert f"| judge dev benchmark balanced accuracy | {before['dev/bench_balanced_acc']:.3f} | " \
+           f"{after['dev/bench_balanced_acc']:.3f} |" in note, note
+    assert "bench/balanced_acc" not in after and "judge benchmark `" not in note
     final = run.data.metrics
     assert final["heldout_before"] == pytest.approx(before["heldout/success_rate"])
     assert final["heldout_after"] == pytest.approx(after["heldout/success_rate"])
     assert final["heldout_gain"] == pytest.approx(gain)
-    assert final["judge_after"] == pytest.approx(after["bench/balanced_acc"])
-    assert final["dev_after"] == pytest.approx(after["dev/success_rate"])
+    assert "judge_after" not in final and final["dev_after"] == pytest.approx(after["dev/success_rate"])
     episodes = sum(done_summary(paths.stage(k, "data"))["metrics"]["compute/episodes"] for k in (1, 2))
-    assert final["episodes"] == episodes > 0
+    assert final["episodes"] == episodes > 0 and final["time/minutes"] > 0
     assert "overview.png" in {a.path for a in tracker.client.list_artifacts(tracker.run_id)}
 
 
