@@ -22,8 +22,10 @@ def encode_prompts(tokenizer: Any, texts: Sequence[str], add_special_tokens: boo
     call sites that have always used one or the other."""
     if not texts:
         return []
-    if not is_chat(tokenizer):
-        return tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
+    if not is_chat(tokenizer):  # the very call of before: no keyword where the default was used
+        if add_special_tokens:
+            return tokenizer(list(texts))["input_ids"]
+        return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     return [list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                                tokenize=True, return_dict=False)) for text in texts]
 
