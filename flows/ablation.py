@@ -20,9 +20,9 @@ from prefect import flow
 from flows.train import train
 from rla_core.ablation import Row, check_base, mean_se, parse_rows, row_overrides
 from rla_core.config import Config, TrackingConfig, load_config
-from tasks.ablation_report import RunResult, read_run, summary_markdown, write_report
-from tasks.storage import is_done
-from tasks.tracking import PARENT_TAG, Tracker
+from tasks.reports.ablation import RunResult, read_run, summary_markdown, write_report
+from tasks.storage.files import is_done
+from tasks.tracking.tracker import PARENT_TAG, Tracker
 
 SHARED = ("seed", "models/init", "models/bootstrap", "baseline")  # a seed's warm-start, the same in every row
 

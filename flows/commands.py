@@ -10,9 +10,10 @@ from pathlib import Path
 from rla_core.config import ConfigError, load_config
 from rla_core.errors import MissingFile, UserError
 from tasks.paths import RunPaths, run_config
-from tasks.runlock import hold
+from tasks.storage.runlock import hold
 from tasks.settings import setting_for
-from tasks.storage import done_summary, is_done, write_text
+from tasks.storage.files import is_done, write_text
+from tasks.summaries import read_summary
 
 # Mistakes a user can fix print as one line; anything else is a bug and keeps its traceback.
 USER_ERRORS = (UserError,)
@@ -49,13 +50,11 @@ def summary_table(run_dir: str) -> str:
     lines.append(f"{'iteration':>9s} {'train succ':>10s} {'policy n':>8s} {'judge n':>8s} {'accepted':>8s} "
                  f"{'proposed':>8s} {'seconds':>8s}")
     for k in paths.completed_iterations():
-        roll = done_summary(paths.stage(k, "rollout"))["metrics"]
-        data = done_summary(paths.stage(k, "data"))["metrics"]
-        env = done_summary(paths.stage(k, "adapt"))["metrics"]
-        seconds = sum(done_summary(paths.stage(k, s.name)).get("seconds", 0.0)
+        roll, data, env = (read_summary(paths.stage(k, name)).metrics for name in ("rollout", "data", "adapt"))
+        seconds = sum(read_summary(paths.stage(k, s.name)).seconds or 0.0
                       for s in ITERATION if is_done(paths.stage(k, s.name)))
-        lines.append(f"{k:9d} {roll['train/success_rate']:10.3f} {data['data/policy/samples']:8.0f} "
-                     f"{data['data/judge/samples']:8.0f} {env['env/accepted']:8.0f} {env['env/proposed']:8.0f} "
+        lines.append(f"{k:9d} {roll['rollout/success_rate']:10.3f} {data['data/policy/samples']:8.0f} "
+                     f"{data['data/judge/samples']:8.0f} {env['adapt/accepted']:8.0f} {env['adapt/proposed']:8.0f} "
                      f"{seconds:8.1f}")
     return "\n".join(lines)
 
@@ -77,7 +76,7 @@ def _emit(summary: dict, out: str | None) -> None:
 
 
 def run(configs: list[str], overrides: list[str], out: str | None = None) -> int:
-    from tasks import preflight
+    from tasks.checks import preflight
 
     cfg = preflight.check(configs, overrides)  # bad input fails here, before any flow or server starts
     from flows.train import train
@@ -92,7 +91,7 @@ def run(configs: list[str], overrides: list[str], out: str | None = None) -> int
 
 
 def seed(configs: list[str], overrides: list[str], out: str | None = None) -> int:
-    from tasks import preflight
+    from tasks.checks import preflight
 
     cfg = preflight.check(configs, overrides, command="seed")
     from flows.train import seed_run as seed_flow
@@ -103,7 +102,7 @@ def seed(configs: list[str], overrides: list[str], out: str | None = None) -> in
 
 
 def prepare(configs: list[str], overrides: list[str], out: str | None = None) -> int:
-    from tasks import preflight
+    from tasks.checks import preflight
 
     cfg = preflight.check(configs, overrides, command="prepare")
     from flows.train import prepare as prepare_flow
@@ -114,7 +113,7 @@ def prepare(configs: list[str], overrides: list[str], out: str | None = None) ->
 
 
 def evaluate(configs: list[str], overrides: list[str], iteration: int | None, out: str | None = None) -> int:
-    from tasks import preflight
+    from tasks.checks import preflight
 
     preflight.check(configs, overrides, command="eval", iteration=iteration)
     from flows.train import evaluate_run
@@ -125,15 +124,15 @@ def evaluate(configs: list[str], overrides: list[str], iteration: int | None, ou
 
 def evaluate_games(configs: list[str], overrides: list[str], iteration: int | None, games: str, episodes: int,
                    temperature: float, out: str | None = None) -> int:
-    """`rla eval --games DIR`: the run's policy and judge on every TextWorld game under DIR (tasks/game_eval.py)."""
+    """`rla eval --games DIR`: the run's policy and judge on every TextWorld game under DIR (tasks/reports/game_eval.py)."""
     from pathlib import Path
 
-    from tasks import preflight
+    from tasks.checks import preflight
 
     cfg = preflight.check(configs, overrides, command="eval", iteration=iteration)
     from rla_core.errors import BadValue
-    from tasks.game_eval import evaluate_games as play_games
-    from tasks.game_eval import log_game_evaluation
+    from tasks.reports.game_eval import evaluate_games as play_games
+    from tasks.reports.game_eval import log_game_evaluation
     from tasks.paths import RunPaths
 
     paths = RunPaths.of(run_folder(cfg))
@@ -155,7 +154,7 @@ def evaluate_games(configs: list[str], overrides: list[str], iteration: int | No
 
 def run_ablation(configs: list[str], overrides: list[str], seeds: int, rows: str, name: str,
                  out: str | None = None) -> int:
-    from tasks import preflight
+    from tasks.checks import preflight
 
     preflight.check_ablation(configs, overrides, seeds, rows, name)  # before any flow starts
     from flows.ablation import ablation
@@ -175,7 +174,7 @@ def build_data(configs: list[str], overrides: list[str], out: str | None) -> int
 
     from flows.train import prepare as prepare_flow
     from rla_core.config import PROJECT_ROOT
-    from tasks import datasets
+    from tasks.stages import datasets
 
     cfg = load_config(configs, overrides)
     folder = Path(out) if out else PROJECT_ROOT / "data" / cfg.environment.name
@@ -223,7 +222,7 @@ def worker(pool: str, limit: int | None, name: str | None) -> int:
 def _ui_link(paths: RunPaths, port: int) -> str:
     """The run's experiment on its runs table: MLflow 3's UI opens experiments on its GenAI pages unless
     the link asks for the machine-learning workflow."""
-    from tasks.tracking import Tracker, experiment_ui_url
+    from tasks.tracking.tracker import Tracker, experiment_ui_url
 
     base = f"http://127.0.0.1:{port}"
     try:
@@ -255,8 +254,8 @@ def restore(run_dir: str, iteration: int, remote: str | None, into: str | None) 
     """Check out iteration K's files (its inputs and outputs) from the DVC remote into a folder."""
     from pathlib import Path
 
-    from tasks.reproduce import read_record, restore_from_record
-    from tasks.versioning import default_remote
+    from tasks.storage.reproduce import read_record, restore_from_record
+    from tasks.storage.versioning import default_remote
 
     remote = remote or default_remote(run_dir)
     record = read_record(remote, iteration)
@@ -274,8 +273,8 @@ def reproduce(run_dir: str, iteration: int, remote: str | None, into: str | None
     <scratch>/reproduce.json."""
     from pathlib import Path
 
-    from tasks.reproduce import report_lines
-    from tasks.rerun import reproduce as redo
+    from tasks.storage.reproduce import report_lines
+    from tasks.storage.rerun import reproduce as redo
 
     result = redo(Path(run_dir), iteration, remote, Path(into) if into else None)
     diffs = result["diffs"]

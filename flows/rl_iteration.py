@@ -6,7 +6,7 @@ from prefect import flow
 
 from flows.routing import StageRunner
 from tasks.pipeline import ITERATION
-from tasks.tracking_tasks import IterationLog
+from tasks.tracking.run_log import IterationLog
 
 __all__ = ["ITERATION", "rl_iteration"]
 

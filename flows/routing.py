@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 
 from rla_core.config import ConfigError
-from tasks.object_store import fetch_done, open_store
+from tasks.storage.object_store import fetch_done, open_store
 from tasks.paths import RunPaths, run_config
 from tasks.stage import Stage
-from tasks.storage import done_summary, is_done
+from tasks.storage.files import done_summary, is_done
 
 POLL_SECONDS = 2.0  # how often the iteration asks the API whether a routed stage has finished
 ROUTED_TAG = "rla-routed-stage"

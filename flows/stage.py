@@ -9,7 +9,7 @@ from prefect import flow
 
 from tasks.pipeline import ITERATION
 from tasks.paths import RunPaths
-from tasks.storage import write_text
+from tasks.storage.files import write_text
 from rla_core.errors import UnknownName
 
 STAGES = {stage.name: stage for stage in ITERATION}  # any stage can be routed, by its name

@@ -13,16 +13,16 @@ from prefect import flow
 from flows.rl_iteration import rl_iteration
 from rla_core.config import Config, ConfigError, config_to_yaml, load_config, load_run_config, run_mismatch
 from rla_core.errors import BadValue
-from tasks.commit import register_start
-from tasks.object_store import open_store
+from tasks.stages.commit import register_start
+from tasks.storage.object_store import open_store
 from tasks.paths import CONFIG_FILE, RunPaths
-from tasks.reproduce import version_start
-from tasks.runlock import hold
-from tasks.setup import bootstrap, init_models, seed
-from tasks.storage import done_summary, write_text
-from tasks.tracking import TrackingUnavailable
-from tasks.tracking_tasks import close_training_run, log_baseline, log_evaluation, log_overview, open_training_run
-from tasks.evaluation import baseline, evaluate_checkpoint
+from tasks.storage.reproduce import version_start
+from tasks.storage.runlock import hold
+from tasks.stages.setup import bootstrap, init_models, seed
+from tasks.storage.files import write_text
+from tasks.tracking.tracker import TrackingUnavailable
+from tasks.tracking.run_log import close_training_run, log_baseline, log_evaluation, log_overview, open_training_run
+from tasks.stages.evaluation import baseline, evaluate_checkpoint
 
 
 def _mark_failed(run_dir: str) -> None:
@@ -68,7 +68,7 @@ def _seed(cfg: Config) -> str:
 def _prepare(cfg: Config) -> tuple[str, dict]:
     run_dir = _seed(cfg)
     bootstrap(run_dir)
-    metrics = baseline(run_dir)["metrics"]
+    metrics = baseline.parse(baseline(run_dir)).metrics
     version_start(run_dir)  # iteration 0 under DVC, its record in the remote
     log_baseline(run_dir, metrics)
     register_start(run_dir)  # the warm-start as version 0 of each model: `best` until beaten on dev
@@ -81,7 +81,7 @@ def seed_run(config_files: list[str] | None = None, overrides: list[str] | None 
     cfg = load_config(config_files, overrides)
     with hold(run_folder(cfg)):
         run_dir = _seed(cfg)
-        return {"run_dir": run_dir, **done_summary(RunPaths.of(run_dir).seed_store.parent)}
+        return {"run_dir": run_dir, **seed.read(RunPaths.of(run_dir)).stored()}
 
 
 @flow(name="rla-prepare", log_prints=True)
@@ -144,7 +144,7 @@ def evaluate_run(config_files: list[str] | None = None, overrides: list[str] | N
     eval/iter_<k>/: the stored result when that folder is done, else computed exactly as the evaluation
     logged for that iteration (same seed and passes: identical numbers). Logged to MLflow under `eval/`
     on the iteration's nested run and the training run, step = iteration (0 = the warm-start: training
-    run only), and as held-out tags on the versions registered at that iteration (tasks/tracking_tasks.py
+    run only), and as held-out tags on the versions registered at that iteration (tasks/tracking/run_log.py
     log_evaluation)."""
     cfg = load_config(config_files, overrides)
     paths = RunPaths.of(Path(cfg.run.output_dir) / cfg.run.name)
@@ -153,6 +153,6 @@ def evaluate_run(config_files: list[str] | None = None, overrides: list[str] | N
         iteration = done[-1] if done else 0
     if iteration and iteration not in done:
         raise BadValue(f"iteration {iteration} is not complete in {paths.root}; completed: {done}")
-    metrics = evaluate_checkpoint(str(paths.root), iteration)["metrics"]
+    metrics = evaluate_checkpoint.parse(evaluate_checkpoint(str(paths.root), iteration)).metrics
     log_evaluation(str(paths.root), iteration, metrics)
     return metrics

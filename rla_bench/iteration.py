@@ -53,10 +53,9 @@ def prepare_scratch(configs: list[str], overrides: list[str], scratch: Path, ite
 def stage_seconds(run_dir: str, iteration: int) -> dict[str, float]:
     from flows.rl_iteration import ITERATION
     from tasks.paths import RunPaths
-    from tasks.storage import done_summary
 
     paths = RunPaths.of(run_dir)
-    return {s.name: float(done_summary(s.out_dir(paths, iteration)).get("seconds", 0.0)) for s in ITERATION}
+    return {s.name: float(s.read(paths, iteration).seconds or 0.0) for s in ITERATION}
 
 
 def run(configs: list[str], overrides: list[str], iteration: int = 2, flops: bool = True, threads: int | None = None,

@@ -60,7 +60,7 @@ def _point(base: Path, run_name: str, scratch: Path, key: str, value: int, cfg: 
     from flows.rl_iteration import rl_iteration
     from rla_core.schemas import Trajectory
     from tasks.paths import RunPaths
-    from tasks.storage import read_records
+    from tasks.storage.files import read_records
 
     point = scratch / f"{key.replace('.', '_').replace('*', 'x')}-{value}"
     shutil.copytree(base, point, symlinks=True)

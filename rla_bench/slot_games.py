@@ -16,7 +16,7 @@ from rla_core.adaptation.store import TaskStore
 from rla_core.config import load_run_config
 from rla_core.rollout.runner import rollout_metrics
 from tasks.common import bind_environment
-from tasks.engines import rollout_tasks
+from tasks.stages.engines import rollout_tasks
 from rla_core.stats import wilson
 from tasks.paths import RunPaths
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rla_core.config import Config, load_run_config
-from tasks.storage import done_summary, is_done
+from tasks.storage.files import is_done
+from tasks.summaries import TrainSummary, read_summary
 
 COMPLETE = "COMPLETE"
 ROLES = ("policy", "judge")  # the trained models, each with its train_<role> stage
@@ -214,7 +215,7 @@ class RunPaths:
         for prev in range(k - 1, 0, -1):
             stage = self.it(prev).trained(role)
             if is_done(stage):
-                return self.root / done_summary(stage)["model_dir"]
+                return self.root / read_summary(stage, TrainSummary).model_dir
         return self.bootstrap / role
 
     def store_dir(self, k: int) -> Path:

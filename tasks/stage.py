@@ -7,8 +7,9 @@ stage with (run_dir, iteration) runs it as a Prefect task that
   1. fetches, from the object store, the completed outputs this machine lacks (storage.backend=s3);
   2. returns the stored summary (with "resumed": True) when the stage's `_DONE` marker exists;
   3. otherwise empties what an interrupted attempt left in the folder, runs the body as
-     `body(paths, cfg, iteration, out_dir)`, times it, writes `_DONE` with the body's summary last, and
-     uploads the folder. A crash anywhere (tasks/faults.py injects them in tests) leaves a folder without
+     `body(paths, cfg, iteration, out_dir)`, times it, writes `_DONE` with the body's summary last (typed
+     by the stage's summary class, its metrics prefixed with the stage's name: tasks/summaries.py), and
+     uploads the folder. A crash anywhere (tasks/checks/faults.py injects them in tests) leaves a folder without
      `_DONE`, which the next attempt redoes from scratch: the same inputs and seeds give the same bytes.
 
 Iteration stages write `iterations/iter_k/<name>/`; run stages (seed, warm-start, baseline, the
@@ -27,11 +28,12 @@ from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
 from rla_core.config import Config
-from tasks import faults
+from tasks.checks import faults
 from tasks.common import bind_environment
-from tasks.object_store import open_store
+from tasks.storage.object_store import open_store
 from tasks.paths import RunPaths, run_config
-from tasks.storage import done_summary, is_done, mark_done
+from tasks.storage.files import done_summary, is_done, mark_done
+from tasks.summaries import StageSummary, migrate, parse_summary, prefixed
 
 Body = Callable[[RunPaths, Config, int, Path], dict]
 
@@ -52,6 +54,10 @@ class Stage:
     # what the stage leaves for the stages after it: (file, record type, at least one record) — checked
     # by the preflight before a run resumes
     records: tuple[tuple[str, type, bool], ...] = ()
+    # the class of what the body returns (tasks/summaries.py); metric names get the prefix `<name>/`
+    # unless the stage is an evaluation (`prefix_metrics=False`: names start with a split)
+    summary: type[StageSummary] = StageSummary
+    prefix_metrics: bool = True
     task: Task = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +82,14 @@ class Stage:
             return paths.root / self.folder.format(k=iteration)
         return paths.stage(iteration, self.name)
 
+    def read(self, paths: RunPaths, iteration: int = 0) -> StageSummary:
+        """The typed summary of this stage's completed folder (any age: tasks/summaries.py migrates)."""
+        return parse_summary(self.name, done_summary(self.out_dir(paths, iteration)), self.summary)
+
+    def parse(self, raw: dict) -> StageSummary:
+        """A call's returned summary, typed."""
+        return parse_summary(self.name, raw, self.summary)
+
     def run_here(self, run_dir: str, iteration: int = 0) -> dict:
         """Skip when done, else run, time, mark and publish the body (the steps in the module doc)."""
         paths, cfg = RunPaths.of(run_dir), run_config(run_dir)
@@ -88,7 +102,7 @@ class Stage:
             store.pull_dir(out)
         if is_done(out):  # and in the store: an upload that failed after _DONE is sent now
             store.ensure_pushed(out, paths.iteration(iteration) if self.scope == "iteration" else None)
-            return {**done_summary(out), "resumed": True}
+            return {**migrate(self.name, done_summary(out)), "resumed": True}
         if self.scope == "iteration" and cfg.run.torch_threads:
             torch.set_num_threads(cfg.run.torch_threads)
         # bit-identical re-runs: a multi-threaded CPU backward accumulates in a varying order otherwise
@@ -99,8 +113,9 @@ class Stage:
         out.mkdir(parents=True)
         start = time.perf_counter()
         with faults.inside(self.name, iteration):
-            summary = self.body(paths, cfg, iteration, out)
-        summary["seconds"] = time.perf_counter() - start
+            raw = self.body(paths, cfg, iteration, out)
+        raw = {**raw, "metrics": prefixed(self.name, raw.get("metrics", {}), self.prefix_metrics)}
+        summary = self.summary.model_validate({**raw, "seconds": time.perf_counter() - start}).stored()
         mark_done(out, summary)
         faults.point(self.name, "after", iteration)
         if self.scope == "iteration":
@@ -112,11 +127,12 @@ class Stage:
 
 def stage(*, scope: Literal["iteration", "run"] = "iteration", folder: str | None = None, retries: int = 0,
           retry_delay_s: float = 0.0, timeout_s: float | None = None, bookkeeping: bool = False,
-          carried: bool = False, records: tuple[tuple[str, type, bool], ...] = ()) -> Callable[[Body], Stage]:
+          carried: bool = False, records: tuple[tuple[str, type, bool], ...] = (),
+          summary: type[StageSummary] = StageSummary, prefix_metrics: bool = True) -> Callable[[Body], Stage]:
     """Declare the decorated body as a stage named after the function (see the module doc and the
     fields of Stage)."""
     def declare(body: Body) -> Stage:
         return Stage(body.__name__, body, scope, folder, retries, retry_delay_s, timeout_s, bookkeeping, carried,
-                     records)
+                     records, summary, prefix_metrics)
 
     return declare

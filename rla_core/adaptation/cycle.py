@@ -147,22 +147,22 @@ def adapt_metrics(report: AdaptReport) -> dict[str, float]:
     graded = [p for p in made if p.from_feedback is not None]
     attempts = sum(p.attempts for p in proposals)
     metrics = {
-        "env/accepted": float(len(report.accepted)),
-        "env/rejected": float(len(report.rejected)),
-        "env/proposed": float(len(report.proposed)),
-        "env/proposal_failed": float(len(report.failed_proposals)),
-        "env/valid_attempt_rate": sum(p.valid_attempts for p in proposals) / attempts if attempts else 0.0,
-        "env/reserved_refused": float(sum(p.reserved_refused for p in proposals)),
+        "accepted": float(len(report.accepted)),
+        "rejected": float(len(report.rejected)),
+        "proposed": float(len(report.proposed)),
+        "proposal_failed": float(len(report.failed_proposals)),
+        "valid_attempt_rate": sum(p.valid_attempts for p in proposals) / attempts if attempts else 0.0,
+        "reserved_refused": float(sum(p.reserved_refused for p in proposals)),
     }
     if graded:
-        metrics["env/knob_from_feedback_rate"] = sum(bool(p.from_feedback) for p in graded) / len(graded)
+        metrics["knob_from_feedback_rate"] = sum(bool(p.from_feedback) for p in graded) / len(graded)
     for direction in ("harder", "easier"):
         resolved = [r for r in report.resolutions if r.direction == direction]
         accepted = [r.difficulty_delta for r in resolved if r.accepted]
-        metrics[f"env/{direction}_accepted"] = float(len(accepted))
-        metrics[f"env/{direction}_acceptance_rate"] = len(accepted) / len(resolved) if resolved else 0.0
+        metrics[f"{direction}_accepted"] = float(len(accepted))
+        metrics[f"{direction}_acceptance_rate"] = len(accepted) / len(resolved) if resolved else 0.0
         if accepted:
-            metrics[f"env/{direction}_accepted_difficulty_delta"] = _mean(accepted)
+            metrics[f"{direction}_accepted_difficulty_delta"] = _mean(accepted)
     return metrics
 
 

@@ -15,7 +15,7 @@ micro-batches until all ranks ran the same number. Loss metrics are summed over 
 
 Checkpoints: `save` writes the HF model (full weights, gathered under ZeRO-3), the DeepSpeed engine
 checkpoint (optimizer partitions, scheduler, step) in `deepspeed_engine/`, and `optimizer.pt`, a small
-pointer to it, so callers that look for optimizer.pt (tasks/training.py) resume either backend.
+pointer to it, so callers that look for optimizer.pt (tasks/stages/training.py) resume either backend.
 Resuming needs the same ZeRO stage and world size.
 """
 from __future__ import annotations

@@ -16,9 +16,11 @@ from rla_core.config import Config
 from rla_core.models.chat import encode_pairs
 from rla_core.models.factory import build_or_load, save_pretrained
 from tasks.paths import RunPaths
+from tasks.storage.files import write_json, write_text
 
 if TYPE_CHECKING:
     from rla_core.adaptation.cycle import AdaptReport
+    from rla_core.adaptation.store import TaskStore
 
 # environment.name -> "module:Class". A name that is not here is an episodic game of rla_core/envs/.
 REGISTRY: dict[str, str] = {
@@ -64,7 +66,7 @@ class Setting:
         raise NotImplementedError
 
     def data(self, paths: RunPaths, cfg: Config, k: int, report: "AdaptReport") -> dict:
-        """Policy and judge training batches (tasks/training.py:write_batches), without `report.rejected`."""
+        """Policy and judge training batches (tasks/stages/training.py:write_batches), without `report.rejected`."""
         raise NotImplementedError
 
     def evaluate_models(self, paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path, out: Path,
@@ -74,7 +76,7 @@ class Setting:
 
     # ---- optional
     def gates(self, paths: RunPaths, cfg: Config, k: int, slots: list, heldout: list[str]) -> list:
-        """Great Expectations results beyond the common ones (tasks/validate.py)."""
+        """Great Expectations results beyond the common ones (tasks/stages/validate.py)."""
         return []
 
     def build_data_files(self, cfg: Config, folder: Path) -> dict | None:
@@ -132,3 +134,24 @@ def warm_starts_environment(cfg: Config) -> bool:
     boot = cfg.bootstrap
     return (cfg.environment.rewriter == "llm" and cfg.models.environment.path is None
             and boot.environment_tasks > 0 and boot.environment_steps > 0)
+
+
+def reserved_content(family, tasks: list, reserved_files: list[str], load: Callable[[str], list]) -> set[str]:
+    """The content hashes no training task may have: those of `tasks` (held-out, dev) and of every task in
+    `environment.reserved_files` (each read by `load`)."""
+    reserved = {family.content_hash(t.spec) for t in tasks}
+    for path in reserved_files:
+        reserved |= {family.content_hash(t.spec) for t in load(path)}
+    return reserved
+
+
+# ---------------------------------------------------------------- shared by the settings' adapt stage
+def save_adapted(paths: RunPaths, k: int, store: "TaskStore", new_store: "TaskStore", report: "AdaptReport",
+                 metrics: dict[str, float]) -> dict:
+    """The adapt stage's outputs in every setting: the new task store, the report, the store's diff, and
+    the summary (the cycle's metrics, the store's counts, the rejected candidates; the stage adds `adapt/`)."""
+    new_store.save(paths.it(k).store)
+    write_text(paths.it(k).adapt_report, report.model_dump_json(indent=2) + "\n")
+    write_json(paths.it(k).store_diff, store.diff(new_store))
+    counts = {name: float(value) for name, value in new_store.counts().items()}
+    return {"metrics": {**metrics, **counts}, "rejected": report.rejected}

@@ -38,11 +38,12 @@ from rla_core.schemas import ProgramRun, Step, Task, Trajectory, UnitTest
 from rla_core.training import trainable as trainable_weights
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, progress_bar, stage_seed
-from tasks.engines import engine_for
+from tasks.stages.engines import engine_for
 from tasks.paths import RunPaths
-from tasks.storage import read_json, read_records, write_json, write_records, write_text
-from tasks.settings.base import Setting, build_models, tokenize_pairs, warm_starts_environment
-from tasks.training import write_batches
+from tasks.storage.files import read_json, read_records, write_json, write_records
+from tasks.settings.base import (Setting, build_models, reserved_content, save_adapted, tokenize_pairs,
+                                 warm_starts_environment)
+from tasks.stages.training import write_batches
 
 CORPUS_PROBLEMS = 300
 
@@ -189,9 +190,7 @@ class CodingSetting(Setting):
 
         heldout = heldout_problems(cfg)
         dev = load_problem_file(cfg.eval.dev_file) if cfg.eval.dev_file else []
-        reserved = {CODING.content_hash(t.spec) for t in heldout + dev}
-        for path in cfg.environment.reserved_files:
-            reserved |= {CODING.content_hash(t.spec) for t in load_problem_file(path)}
+        reserved = reserved_content(CODING, heldout + dev, cfg.environment.reserved_files, load_problem_file)
         train = generate_mixed(CODING, _knobs(cfg), _ops_mix(cfg), cfg.environment.train_slots,
                                random.Random(f"{cfg.run.seed}/train"), "slot", reserved)
         TaskStore.from_seed(train).save(paths.seed_store)
@@ -248,7 +247,7 @@ class CodingSetting(Setting):
         write_records(paths.it(k).programs, runs)
         metrics = coding_rewards.outcome_metrics(runs)
         metrics["success_rate"] = metrics["pass_at_1"]
-        return {"metrics": {f"train/{name}": value for name, value in metrics.items()}}
+        return {"metrics": metrics}
 
     def judge(self, paths: RunPaths, cfg: Config, k: int) -> dict:
         tasks = read_records(paths.it(k).tasks, Task)
@@ -258,7 +257,7 @@ class CodingSetting(Setting):
         write_records(paths.it(k).unit_tests, tests)
         write_records(paths.it(k).judged, [])  # no step verdicts in this setting
         metrics = coding_rewards.judge_metrics(read_records(paths.it(k).programs, ProgramRun), tests)
-        return {"metrics": {f"judge/train_{name}": value for name, value in metrics.items()}}
+        return {"metrics": metrics}
 
     def adapt(self, paths: RunPaths, cfg: Config, k: int, rewrite: Callable | None) -> dict:
         store = TaskStore.load(paths.store_dir(k))
@@ -274,11 +273,7 @@ class CodingSetting(Setting):
         env = cfg.environment
         new_store, report, metrics = adapt_store(store, trajectories, [], k, env.alpha_low, env.alpha_high, rewrite,
                                                  env.rewriter, random.Random(stage_seed(cfg, k, "adapt")), feedback_of)
-        new_store.save(paths.it(k).store)
-        write_text(paths.it(k).adapt_report, report.model_dump_json(indent=2) + "\n")
-        write_json(paths.it(k).store_diff, store.diff(new_store))
-        counts = {f"env/{name}": float(value) for name, value in new_store.counts().items()}
-        return {"metrics": {**metrics, **counts}, "rejected": report.rejected}
+        return save_adapted(paths, k, store, new_store, report, metrics)
 
     def data(self, paths: RunPaths, cfg: Config, k: int, report: AdaptReport) -> dict:
         """Training samples from everything but rejected candidates' programs and tests."""
@@ -327,12 +322,12 @@ class CodingSetting(Setting):
     # ---------------------------------------------------------------- optional
     def gates(self, paths: RunPaths, cfg: Config, k: int, slots: list, heldout: list[str]) -> list:
         """Every active and pending problem: tests, limits, statements."""
-        from tasks.gates import check_coding_tasks
+        from tasks.checks.gates import check_coding_tasks
 
         problems = [s.active for s in slots] + [s.pending.task for s in slots if s.pending]
         return [check_coding_tasks(problems, heldout)]
 
     def build_data_files(self, cfg: Config, folder: Path) -> dict | None:
-        from tasks.datasets import build_coding_files
+        from tasks.stages.datasets import build_coding_files
 
         return build_coding_files(cfg, folder)

@@ -40,11 +40,12 @@ from rla_core.schemas import CriticFeedback, JudgedStep, Task, Trajectory
 from rla_core.training import trainable as trainable_weights
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, progress_bar, stage_seed
-from tasks.engines import engine_for, judge_all, rollout_tasks
+from tasks.stages.engines import engine_for, judge_all, rollout_tasks
 from tasks.paths import RunPaths
-from tasks.settings.base import Setting, build_models, tokenize_pairs, warm_starts_environment
-from tasks.storage import read_json, read_records, write_json, write_records, write_text
-from tasks.training import write_batches
+from tasks.settings.base import (Setting, build_models, reserved_content, save_adapted, tokenize_pairs,
+                                 warm_starts_environment)
+from tasks.storage.files import read_json, read_records, write_json, write_records
+from tasks.stages.training import write_batches
 
 WALK_NOISE = 0.25  # random actions in policy demonstrations, so the policy sees recovery states
 # Tokenizer corpus: policy and judge prompts of noisy oracle walks (bootstrap.corpus_walks), generated task
@@ -217,9 +218,8 @@ class EpisodicSetting(Setting):
         family, horizon = get_environment(cfg.environment.name), cfg.rollout.max_steps
         heldout = heldout_tasks(cfg, family)
         dev = load_task_file(cfg.eval.dev_file, family, horizon) if cfg.eval.dev_file else []
-        reserved = {family.content_hash(t.spec) for t in heldout + dev}
-        for path in cfg.environment.reserved_files:
-            reserved |= {family.content_hash(t.spec) for t in load_task_file(path, family, horizon)}
+        reserved = reserved_content(family, heldout + dev, cfg.environment.reserved_files,
+                                    lambda path: load_task_file(path, family, horizon))
         train = generate_tasks(family, cfg.environment.knobs, cfg.environment.train_slots,
                                random.Random(f"{cfg.run.seed}/train"), "slot", reserved, horizon)
         TaskStore.from_seed(train).save(paths.seed_store)
@@ -275,14 +275,14 @@ class EpisodicSetting(Setting):
         trajectories, metrics = rollout_tasks(paths, cfg, tasks, paths.model_dir(k, "policy"), cfg.rollout.n,
                                               cfg.rollout.temperature, stage_seed(cfg, k, "rollout"), f"rollout {k}")
         write_records(paths.it(k).trajectories, trajectories)
-        return {"metrics": {f"train/{name}": value for name, value in metrics.items()}}
+        return {"metrics": metrics}
 
     def judge(self, paths: RunPaths, cfg: Config, k: int) -> dict:
         trajectories = read_records(paths.it(k).trajectories, Trajectory)
         judged, metrics = judge_all(paths, cfg, trajectories, paths.model_dir(k, "judge"), stage_seed(cfg, k, "judge"),
                                     f"judge {k}")
         write_records(paths.it(k).judged, judged)
-        return {"metrics": {f"judge/train_{name}": value for name, value in metrics.items()}}
+        return {"metrics": metrics}
 
     def adapt(self, paths: RunPaths, cfg: Config, k: int, rewrite: Callable | None) -> dict:
         store = TaskStore.load(paths.store_dir(k))
@@ -291,11 +291,7 @@ class EpisodicSetting(Setting):
         env = cfg.environment
         new_store, report, metrics = adapt_store(store, trajectories, judged, k, env.alpha_low, env.alpha_high, rewrite,
                                            env.rewriter, random.Random(stage_seed(cfg, k, "adapt")))
-        new_store.save(paths.it(k).store)
-        write_text(paths.it(k).adapt_report, report.model_dump_json(indent=2) + "\n")
-        write_json(paths.it(k).store_diff, store.diff(new_store))
-        counts = {f"env/{name}": float(value) for name, value in new_store.counts().items()}
-        return {"metrics": {**metrics, **counts}, "rejected": report.rejected}
+        return save_adapted(paths, k, store, new_store, report, metrics)
 
     def data(self, paths: RunPaths, cfg: Config, k: int, report: AdaptReport) -> dict:
         rolled_out, all_judged = read_records(paths.it(k).trajectories, Trajectory), read_records(paths.it(k).judged, JudgedStep)

@@ -9,7 +9,7 @@ from mlflow import MlflowClient
 
 from flows.ablation import ablation
 from tasks.paths import RunPaths
-from tasks.tracking import PARENT_TAG
+from tasks.tracking.tracker import PARENT_TAG
 
 
 @pytest.fixture(scope="module")

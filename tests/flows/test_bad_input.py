@@ -5,7 +5,7 @@ Every case runs the real CLI (`flows.cli.main`) from a scratch working directory
 wrong, and every file and folder under the working directory - the run folder, its mlflow.db, the
 inputs - unchanged (path -> sha256 + mtime, plus the folder list). No case starts Prefect: the flow
 modules are replaced by stubs that fail the test when called, so each refusal comes from the
-pre-flight (tasks/preflight.py) or the config loader. The "existing run" is written file by file
+pre-flight (tasks/checks/preflight.py) or the config loader. The "existing run" is written file by file
 (config.yaml, task stores, records, tiny model folders), no training.
 
 Cases by category (parametrised ids start with the category):
@@ -50,8 +50,8 @@ from rla_core.judge.judge import judge_trajectories
 from rla_core.rollout.base import Generation, SamplingParams
 from rla_core.rollout.runner import play
 from rla_core.schemas import TrainingSample, Trajectory
-from tasks import preflight
-from tasks.storage import mark_done, read_records, write_json, write_records
+from tasks.checks import preflight
+from tasks.storage.files import mark_done, read_records, write_json, write_records
 
 QUICK = str(PROJECT_ROOT / "configs" / "quickstart.yaml")
 RUN = Path("runs") / "r"  # the existing run, relative to the working directory of each case

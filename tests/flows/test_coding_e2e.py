@@ -18,15 +18,15 @@ from flows.train import train
 from rla_core.envs.coding.bootstrap import BenchmarkProblem
 from rla_core.config import PROJECT_ROOT, load_config
 from rla_core.schemas import ProgramRun, Task, TrainingSample, Trajectory, UnitTest
-from tasks.evaluation import baseline
+from tasks.stages.evaluation import baseline
 from tasks.paths import RunPaths, run_config
-from tasks.reproduce import version_start
+from tasks.storage.reproduce import version_start
 from tasks.settings.coding import CodingSetting, heldout_problems
-from tasks.setup import bootstrap, init_models, seed
-from tasks.storage import done_summary, read_json, read_records, write_records
-from tasks.model_registry import best_tags, model_name
-from tasks.tracking import read_metrics
-from tasks.tracking_tasks import tracker_for
+from tasks.stages.setup import bootstrap, init_models, seed
+from tasks.storage.files import done_summary, read_json, read_records, write_records
+from tasks.tracking.model_registry import best_tags, model_name
+from tasks.tracking.tracker import read_metrics
+from tasks.tracking.run_log import tracker_for
 from tests.flows.conftest import MICRO
 
 CODING_CONFIG = str(PROJECT_ROOT / "configs" / "coding.yaml")
@@ -169,7 +169,7 @@ def test_evaluation_metrics_reach_the_file_mlflow_and_the_summary_table(coding_r
     assert metrics["dev/episodes"] == 6 and metrics["dev/success_rate"] == metrics["dev/pass_at_1"]
     assert len(read_records(paths.coding_benchmark_dev, BenchmarkProblem)) == 4  # coding.benchmark_problems
     logged = read_metrics(paths.root)
-    for key in ("train/pass_at_1", "judge/train_ut_accuracy", "data/policy/samples", "heldout/pass_at_1",
+    for key in ("rollout/pass_at_1", "judge/ut_accuracy", "data/policy/samples", "heldout/pass_at_1",
                 "bench/ut_accuracy", "bench/detect_rate", "dev/success_rate", "dev/bench_ut_accuracy"):
         assert key in logged, f"{key} missing from MLflow; have {sorted(logged)[:30]}"
     assert sorted(logged["train/pass_at_1"]) == [1, 2]

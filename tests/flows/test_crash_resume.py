@@ -1,5 +1,5 @@
 """Crash anywhere, re-run the same command, get the same run: `rla run` is SIGKILLed at a stage boundary
-or half-way through a stage (tasks/faults.py), then re-run; its final weights, every stage's metrics
+or half-way through a stage (tasks/checks/faults.py), then re-run; its final weights, every stage's metrics
 and the MLflow metrics must equal those of an uninterrupted run bit for bit, and nothing the killed
 command started (Prefect's API server, the watcher) may outlive it.
 
@@ -77,7 +77,7 @@ def _run(out: Path, name: str, fault: str | None = None, delay: float = 0.5, ext
 
 def _fingerprint(run_dir: Path, tracking_uri: str | None = None) -> dict:
     """What must be identical: every checkpoint's weights, every stage's metrics, the MLflow metrics."""
-    from tasks.tracking import read_metrics
+    from tasks.tracking.tracker import read_metrics
 
     weights: dict[str, object] = {}
     registered = []
@@ -152,7 +152,7 @@ def test_second_run_on_the_same_folder_is_refused_naming_the_holder(tmp_path, ca
 
     run_dir = tmp_path / "busy"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from tasks.runlock import hold\n"
+        [sys.executable, "-c", "import sys, time; from tasks.storage.runlock import hold\n"
          f"with hold({str(run_dir)!r}):\n    print('held', flush=True); time.sleep(120)"],
         cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True)
     try:

@@ -25,8 +25,8 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.deploy import INFRA, REPO
 from tasks.paths import RunPaths
-from tasks.storage import done_summary
-from tasks.tracking import read_metrics
+from tasks.storage.files import done_summary
+from tasks.tracking.tracker import read_metrics
 
 
 def _micro_overrides() -> list[str]:
@@ -202,9 +202,9 @@ def test_micro_iteration_runs_through_the_worker(first_iteration):
     assert paths.is_complete(1)
     assert flow_run.infrastructure_pid  # it ran in a worker's subprocess, not here
     metrics = read_metrics(paths.root)
-    for key in ("train/success_rate", "judge/train_p_pos", "time/rollout_s", "heldout/success_rate"):
+    for key in ("rollout/success_rate", "judge/p_pos", "time/rollout_s", "heldout/success_rate"):
         assert key in metrics, f"{key} missing from MLflow; have {sorted(metrics)[:20]}"
-    assert 1 in metrics["train/success_rate"]
+    assert 1 in metrics["rollout/success_rate"]
 
 
 def test_gpu_stages_run_as_separate_flow_runs_of_the_stage_deployment(server, first_iteration):
@@ -228,4 +228,4 @@ def test_gpu_stages_run_as_separate_flow_runs_of_the_stage_deployment(server, fi
     for stage in ROUTED:
         assert done_summary(paths.stage(2, stage))  # written by the GPU-pool flow run, read by the iteration
     assert "time/rollout_s" in read_metrics(paths.root)
-    assert 2 in read_metrics(paths.root)["train/success_rate"]
+    assert 2 in read_metrics(paths.root)["rollout/success_rate"]

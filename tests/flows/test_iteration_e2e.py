@@ -22,21 +22,21 @@ from rla_core.config import PROJECT_ROOT, DeepSpeedConfig, load_config
 from rla_core.envs.base import get_environment
 from rla_core.models.factory import load_pretrained
 from rla_core.schemas import Task, TrainingSample, Trajectory
-from tasks.gates import GateFailed
-from tasks.iteration import adapt, data, judge, rollout, select
+from tasks.checks.gates import GateFailed
+from tasks.stages.iteration import adapt, data, judge, rollout, select
 from tasks.paths import RunPaths, run_config
-from tasks.training import train_role
-from tasks.storage import read_records, write_records
-from tasks import versioning
-from tasks.commit import commit
+from tasks.stages.training import train_role
+from tasks.storage.files import read_records, write_records
+from tasks.storage import versioning
+from tasks.stages.commit import commit
 from tasks.paths import ROLES
-from tasks.reproduce import version_start
+from tasks.storage.reproduce import version_start
 from tasks.settings.episodic import heldout_tasks
-from tasks.storage import done_summary, read_json
-from tasks.model_registry import best_tags, model_name
-from tasks.tracking import read_metrics
-from tasks.tracking_tasks import log_evaluation, tracker_for
-from tasks.versioning import config_hash, restore, tracked_hashes
+from tasks.storage.files import done_summary, read_json
+from tasks.tracking.model_registry import best_tags, model_name
+from tasks.tracking.tracker import read_metrics
+from tasks.tracking.run_log import log_evaluation, tracker_for
+from tasks.storage.versioning import config_hash, restore, tracked_hashes
 
 TWO_EVALUATED = ["run.name=micro", "run.iterations=2", "run.eval_every=1"]  # iteration 1 non-final, 2 final
 DEV_BENCHMARK_STEPS = 40
@@ -92,10 +92,10 @@ def test_iteration_updates_both_models(trained_run):
 
 def test_mlflow_run_holds_the_iteration_metrics(trained_run):
     metrics = read_metrics(trained_run.root)
-    for key in ("train/success_rate", "judge/train_p_pos", "policy/loss", "time/rollout_s",
-                "heldout/success_rate", "env/slots", "dev/success_rate", "dev/bench_balanced_acc"):
+    for key in ("rollout/success_rate", "judge/p_pos", "train_policy/loss", "time/rollout_s",
+                "heldout/success_rate", "adapt/slots", "dev/success_rate", "dev/bench_balanced_acc"):
         assert key in metrics, f"{key} missing from MLflow; have {sorted(metrics)[:20]}"
-    assert 1 in metrics["train/success_rate"]
+    assert 1 in metrics["rollout/success_rate"]
 
 
 def test_training_run_records_its_float_path(trained_run):
@@ -127,7 +127,7 @@ def test_the_parent_run_says_at_a_glance_whether_training_helped(trained_run):
     assert final["heldout_after"] == pytest.approx(after["heldout/success_rate"])
     assert final["heldout_gain"] == pytest.approx(gain)
     assert "judge_after" not in final and final["dev_after"] == pytest.approx(after["dev/success_rate"])
-    episodes = sum(done_summary(paths.stage(k, "data"))["metrics"]["compute/episodes"] for k in (1, 2))
+    episodes = sum(done_summary(paths.stage(k, "data"))["metrics"]["data/compute/episodes"] for k in (1, 2))
     assert final["episodes"] == episodes > 0 and final["time/minutes"] > 0
     assert "overview.png" in {a.path for a in tracker.client.list_artifacts(tracker.run_id)}
 
@@ -300,9 +300,9 @@ def test_reproduce_iteration_2_from_the_remote_alone(trained_run, tmp_path):
     import json
     import shutil
 
-    from tasks.reproduce import compare, read_record, record_name
-    from tasks.rerun import reproduce
-    from tasks.versioning import default_remote
+    from tasks.storage.reproduce import compare, read_record, record_name
+    from tasks.storage.rerun import reproduce
+    from tasks.storage.versioning import default_remote
 
     remote = default_remote(trained_run.root)
     result = reproduce(trained_run.root, 2, remote, tmp_path / "scratch")
@@ -322,8 +322,8 @@ def test_reproduce_iteration_2_from_the_remote_alone(trained_run, tmp_path):
 
 
 def test_restore_checks_out_an_iteration_into_an_empty_folder(trained_run, tmp_path):
-    from tasks.reproduce import read_record, restore_from_record
-    from tasks.versioning import default_remote
+    from tasks.storage.reproduce import read_record, restore_from_record
+    from tasks.storage.versioning import default_remote
 
     remote = default_remote(trained_run.root)
     target = tmp_path / "restored"
@@ -347,7 +347,7 @@ def test_corrupted_batch_is_stopped_before_any_model_update(trained_run):
     assert not (trained_run.stage(k, "train_judge")).exists()
     assert trained_run.model_dir(k + 1, "policy") == trained_run.stage(k - 1, "train_policy") / "model"
     assert json.loads((trained_run.stage(k, "validate") / "report.json").read_text())["policy_batch"]["success"] is False
-    assert "gates/policy_batch_failed" in read_metrics(trained_run.root)
+    assert "validate/policy_batch_failed" in read_metrics(trained_run.root)
 
 
 def test_reserved_content_is_stopped_before_any_model_update(trained_run):
@@ -385,9 +385,9 @@ def test_two_rank_deepspeed_stage_matches_the_torch_stage(trained_run):
     ds_cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"backend": "deepspeed", "deepspeed": ds})})
     summary = train_role(paths, ds_cfg, 1, out, "policy", cfg.train.lr, enabled=True)
     expected = json.loads((paths.stage(1, "train_policy") / "_DONE").read_text())["metrics"]
-    assert summary["metrics"]["policy/optimizer_steps"] == expected["policy/optimizer_steps"] > 0
-    for name in ("policy/loss", "policy/pg_loss", "policy/kl", "policy/clip_fraction", "policy/ratio_mean",
-                 "policy/grad_norm"):
-        assert summary["metrics"][name] == pytest.approx(expected[name], rel=1e-4, abs=1e-6), name
+    # train_role returns the body's metrics; the stage stored them under `train_policy/`
+    assert summary["metrics"]["optimizer_steps"] == expected["train_policy/optimizer_steps"] > 0
+    for name in ("loss", "pg_loss", "kl", "clip_fraction", "ratio_mean", "grad_norm"):
+        assert summary["metrics"][name] == pytest.approx(expected[f"train_policy/{name}"], rel=1e-4, abs=1e-6), name
     torch_params = _params(paths.stage(1, "train_policy") / "model")
     assert torch.allclose(_params(out / "model"), torch_params, atol=1e-5)

@@ -24,12 +24,12 @@ from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import Step, Task, TrainingSample, Trajectory
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, stage_seed
-from tasks.engines import engine_for
+from tasks.stages.engines import engine_for
 from tasks.paths import RunPaths
 from tasks.settings import Setting, register, setting_for
-from tasks.settings.base import build_models, tokenize_pairs
-from tasks.storage import done_summary, read_json, read_records, write_json, write_records, write_text
-from tasks.training import write_batches
+from tasks.settings.base import build_models, save_adapted, tokenize_pairs
+from tasks.storage.files import done_summary, read_json, read_records, write_json, write_records
+from tasks.stages.training import write_batches
 
 WORDS = ["ab", "ba", "abc", "cab", "bca", "aa", "bb", "cc", "acb", "bac"]
 
@@ -106,7 +106,7 @@ class SpellSetting(Setting):
         trajectories = self._spell(paths, cfg, tasks, paths.model_dir(k, "policy"), cfg.rollout.n,
                                    cfg.rollout.temperature, stage_seed(cfg, k, "rollout"))
         write_records(paths.it(k).trajectories, trajectories)
-        return {"metrics": {"train/success_rate": sum(t.success for t in trajectories) / len(trajectories)}}
+        return {"metrics": {"success_rate": sum(t.success for t in trajectories) / len(trajectories)}}
 
     def judge(self, paths: RunPaths, cfg: Config, k: int) -> dict:
         write_records(paths.it(k).judged, [])  # the toy's reward is exact match: nothing to judge
@@ -114,11 +114,7 @@ class SpellSetting(Setting):
 
     def adapt(self, paths: RunPaths, cfg: Config, k: int, rewrite) -> dict:
         store = TaskStore.load(paths.store_dir(k))  # the toy never rewrites a word
-        store.save(paths.it(k).store)
-        write_text(paths.it(k).adapt_report, AdaptReport().model_dump_json(indent=2) + "\n")
-        write_json(paths.it(k).store_diff, store.diff(store))
-        counts = {f"env/{name}": float(value) for name, value in store.counts().items()}
-        return {"metrics": {"env/accepted": 0.0, "env/proposed": 0.0, **counts}, "rejected": []}
+        return save_adapted(paths, k, store, store, AdaptReport(), {"accepted": 0.0, "proposed": 0.0})
 
     def data(self, paths: RunPaths, cfg: Config, k: int, report: AdaptReport) -> dict:
         trajectories = read_records(paths.it(k).trajectories, Trajectory)
@@ -194,4 +190,4 @@ def test_no_stage_branches_on_a_setting_name():
              for path in sorted((root / package).rglob("*.py"))
              for line in path.read_text().splitlines() if branch.search(line)]
     # `rla eval --games` plays TextWorld game files: a family's own command, refused for other runs
-    assert found == [("tasks/game_eval.py", 'if cfg.environment.name != "textworld":')]
+    assert found == [("tasks/reports/game_eval.py", 'if cfg.environment.name != "textworld":')]

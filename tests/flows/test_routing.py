@@ -16,7 +16,7 @@ from rla_core.config import ConfigError, config_to_yaml, load_config
 from rla_core.errors import UnknownName
 from tasks.paths import RunPaths
 from tasks.stage import stage
-from tasks.storage import mark_done, write_text
+from tasks.storage.files import mark_done, write_text
 
 
 def _run_dir(tmp_path, *overrides: str) -> str:

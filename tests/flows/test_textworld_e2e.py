@@ -31,14 +31,14 @@ from rla_core.errors import BadValue, MissingFile
 from rla_core.rollout.runner import INVALID
 from rla_core.schemas import Task, Trajectory
 from tasks.common import bind_environment
-from tasks.game_eval import evaluate_games as play_games
+from tasks.reports.game_eval import evaluate_games as play_games
 from rla_core.stats import wilson
 from tasks.paths import RunPaths, run_config
-from tasks.reproduce import version_start
-from tasks.setup import bootstrap, init_models, seed
-from tasks.evaluation import baseline
-from tasks.storage import done_summary, read_json, read_records
-from tasks.tracking import read_metrics
+from tasks.storage.reproduce import version_start
+from tasks.stages.setup import bootstrap, init_models, seed
+from tasks.stages.evaluation import baseline
+from tasks.storage.files import done_summary, read_json, read_records
+from tasks.tracking.tracker import read_metrics
 from tests.flows.conftest import MICRO
 
 # Jericho warns that it does not know TextWorld's games (no score/move detection); the family does not use those

@@ -28,7 +28,7 @@ from rla_core.rollout.base import Generation, SamplingParams
 from rla_core.rollout.prompts import parse_action
 from rla_core.rollout.runner import play
 from rla_core.schemas import CriticFeedback, JudgedStep, Trajectory
-from tasks.storage import read_records, write_records
+from tasks.storage.files import read_records, write_records
 
 MB = 1_000_000
 OUTPUTS = {

@@ -67,7 +67,7 @@ class FakeRewrite:
         return child, [attempt]
 
 
-COUNTS = ("env/accepted", "env/rejected", "env/proposed", "env/proposal_failed")
+COUNTS = ("accepted", "rejected", "proposed", "proposal_failed")
 
 
 def counts(metrics: dict[str, float]) -> dict[str, float]:
@@ -104,12 +104,12 @@ def test_harder_candidate_is_accepted_only_inside_its_window(successes, total, a
         assert len(slot.history) == 2
         assert (event.version, event.task_id, event.iteration, event.source) == (1, "a-v1-cand", ITERATION, "fake")
         assert (event.direction, event.reason) == ("harder", "why it was rewritten")
-        assert metrics["env/harder_accepted_difficulty_delta"] == 1.0  # the plan-length move that was accepted
+        assert metrics["harder_accepted_difficulty_delta"] == 1.0  # the plan-length move that was accepted
         assert event.acc_before == 1.0 and event.acc_after == successes / total
     else:
         assert report.accepted == [] and report.rejected == ["a-v1-cand"]
         assert slot.active == parent and len(slot.history) == 1
-    assert metrics["env/accepted"] == float(accepted) and metrics["env/rejected"] == float(not accepted)
+    assert metrics["accepted"] == float(accepted) and metrics["rejected"] == float(not accepted)
     assert store.slot("a").pending is not None  # the input store is never edited in place
 
 
@@ -190,8 +190,8 @@ def test_proposals_only_for_rolled_out_active_tasks_outside_the_band():
     assert new.slot("e").pending.feedback.render() == (
         "Failed trajectories: 3 of 3. No step was rejected by every judge sample.")
     assert new.slot("a").pending.feedback.render() == "No failed trajectories."
-    assert counts(metrics) == {"env/accepted": 0.0, "env/rejected": 0.0, "env/proposed": 4.0, "env/proposal_failed": 0.0}
-    assert metrics["env/knob_from_feedback_rate"] == 0.0  # no step was rejected: no knob can come from feedback
+    assert counts(metrics) == {"accepted": 0.0, "rejected": 0.0, "proposed": 4.0, "proposal_failed": 0.0}
+    assert metrics["knob_from_feedback_rate"] == 0.0  # no step was rejected: no knob can come from feedback
 
 
 def test_propose_skips_a_slot_that_still_has_a_pending_candidate():
@@ -224,8 +224,8 @@ def test_a_candidate_accepted_in_this_iteration_is_not_rewritten_again_in_it():
     assert new.slot("a").pending.task.task_id == "a-v1-harder" and new.slot("a").pending.prev_acc == 1.0
     assert new.slot("b").pending is None and new.slot("c").pending is None
     assert new.slot("c").active.task_id == "c-v1-cand"
-    assert counts(metrics) == {"env/accepted": 2.0, "env/rejected": 1.0, "env/proposed": 1.0, "env/proposal_failed": 0.0}
-    assert (metrics["env/harder_accepted"], metrics["env/harder_acceptance_rate"]) == (2.0, 2 / 3)
+    assert counts(metrics) == {"accepted": 2.0, "rejected": 1.0, "proposed": 1.0, "proposal_failed": 0.0}
+    assert (metrics["harder_accepted"], metrics["harder_acceptance_rate"]) == (2.0, 2 / 3)
 
 
 def test_adaptation_off_resolves_pending_but_proposes_nothing():
@@ -235,7 +235,7 @@ def test_adaptation_off_resolves_pending_but_proposes_nothing():
     new, report, metrics = run_adapt(store, trajectories, rewrite=None)
     assert report.accepted == ["a-v1-cand"] and report.proposed == [] and report.failed_proposals == []
     assert new.counts() == {"slots": 2, "pending": 0, "accepted_rewrites": 1, "max_version": 1}
-    assert counts(metrics) == {"env/accepted": 1.0, "env/rejected": 0.0, "env/proposed": 0.0, "env/proposal_failed": 0.0}
+    assert counts(metrics) == {"accepted": 1.0, "rejected": 0.0, "proposed": 0.0, "proposal_failed": 0.0}
 
 
 def test_failed_rewrite_is_listed_and_leaves_the_slot_without_candidate():
@@ -247,7 +247,7 @@ def test_failed_rewrite_is_listed_and_leaves_the_slot_without_candidate():
     assert [(p.task_id, p.candidate_id, p.attempt_errors) for p in report.proposals] == [
         ("a-v0", None, ["attempt 1 failed"]), ("b-v0", None, ["attempt 1 failed"])]
     assert new.counts()["pending"] == 0 and new == TaskStore.from_seed([a, b])
-    assert metrics["env/proposal_failed"] == 2.0 and metrics["env/proposed"] == 0.0
+    assert metrics["proposal_failed"] == 2.0 and metrics["proposed"] == 0.0
 
 
 def test_metrics_match_the_report_counts():
@@ -261,10 +261,10 @@ def test_metrics_match_the_report_counts():
         _, report, metrics = run_adapt(store, trajectories, rewrite=rewrite)
         assert (len(report.accepted), len(report.rejected), len(report.proposed)) == (1, 1, proposed)
         assert counts(metrics) == {
-            "env/accepted": float(len(report.accepted)),
-            "env/rejected": float(len(report.rejected)),
-            "env/proposed": float(len(report.proposed)),
-            "env/proposal_failed": float(len(report.failed_proposals)),
+            "accepted": float(len(report.accepted)),
+            "rejected": float(len(report.rejected)),
+            "proposed": float(len(report.proposed)),
+            "proposal_failed": float(len(report.failed_proposals)),
         }
         assert len(report.failed_proposals) == 2 - proposed  # b (0.0) and c (1.0); d at 0.5 is in band
 

@@ -66,7 +66,7 @@ def test_real_critic_output_chooses_the_real_rewriters_knob():
     # all runs failed: easier; every rejected step was navigation; rooms is at its bound (1), so the
     # navigation bucket's second knob, distractors, is turned: 2 -> 0
     assert (proposal.direction, proposal.knob, proposal.from_feedback) == ("easier", "distractors", True)
-    assert metrics["env/knob_from_feedback_rate"] == 1.0
+    assert metrics["knob_from_feedback_rate"] == 1.0
     pending = store.slot(task.slot_id).pending
     assert pending.feedback == feedback  # the record the critic wrote is what the rewriter read
     assert pending.task.spec["knobs"]["distractors"] == 0

@@ -165,7 +165,7 @@ def test_adaptation_cycle_rewrites_from_the_sandbox_feedback(sandbox, pipeline_t
                                               {"families": ["int"], "ops": 2, "max_const": 9})
     assert pending.task.version == 1 and pending.task.slot_id == task.slot_id
     assert pending.feedback == coding_feedback(task, runs)
-    assert report.proposals[0].from_feedback is True and metrics["env/knob_from_feedback_rate"] == 1.0
+    assert report.proposals[0].from_feedback is True and metrics["knob_from_feedback_rate"] == 1.0
 
 
 # ---------------------------------------------------------------- real tiny models
