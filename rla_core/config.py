@@ -58,6 +58,16 @@ class ModelsConfig(_Section):
     judge: ModelSpec = Field(ModelSpec(), description="the reward model that judges each policy step")
     environment: ModelSpec = Field(ModelSpec(hidden_size=64, num_layers=2),
                                    description="the model that rewrites tasks (environment.rewriter=llm)")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="arithmetic of sampling, warm-start and updates (weights stay float32 for the "
+        "optimizer); auto = bfloat16 for a pretrained model on a CPU/GPU with native bfloat16, else float32 "
+        "(tiny models: float32)")
+
+    def compute_dtype(self, role: str, device: str | None = None):
+        """The torch dtype `role`'s forward passes run in (rla_core/models/precision.py)."""
+        from rla_core.models.precision import resolve
+
+        return resolve(self.dtype, getattr(self, role).path is not None, device)
 
 
 class RunConfig(_Section):

@@ -32,6 +32,7 @@ from rla_core.envs.coding.rollout import with_outcomes, write_programs, write_te
 from rla_core.envs.coding.sandbox import Limits, Sandbox
 from rla_core.config import Config
 from rla_core.models.factory import save_pretrained
+from rla_core.models.precision import autocast
 from rla_core.models.tokenizer import train_tokenizer
 from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import ProgramRun, Step, Task, Trajectory, UnitTest
@@ -230,8 +231,10 @@ class CodingSetting(Setting):
             model, tokenizer = load_model(paths.init_models / role)
             model.train()
             trainable_weights.apply(model, cfg.train.trainable)
-            metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps, batch_size=boot.batch_size,
-                                          lr=lr, seed=cfg.run.seed, desc=f"bootstrap {role}")
+            with autocast(cfg.models.compute_dtype(role)):
+                metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
+                                              batch_size=boot.batch_size, lr=lr, seed=cfg.run.seed,
+                                              desc=f"bootstrap {role}")
             save_pretrained(model, tokenizer, paths.bootstrap / role)
             summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
             summary[f"bootstrap/{role}_pairs"] = float(len(pairs))

@@ -31,6 +31,7 @@ from rla_core.envs.base import EnvironmentFamily, check_task_lines, get_environm
 from rla_core.errors import MissingFile
 from rla_core.judge.benchmark import BenchmarkStep, score_benchmark
 from rla_core.models.factory import save_pretrained
+from rla_core.models.precision import autocast
 from rla_core.models.tokenizer import train_tokenizer
 from rla_core.records import read_numbered
 from rla_core.rewards import judge_samples, policy_samples
@@ -146,9 +147,10 @@ def warm_start_environment(cfg: Config, paths: RunPaths) -> dict[str, float]:
     start = time.perf_counter()
     pairs = environment_pairs(cfg, paths)
     model, tokenizer = load_model(paths.init_models / "environment")
-    metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=cfg.bootstrap.environment_steps,
-                                  batch_size=cfg.bootstrap.batch_size, lr=cfg.bootstrap.environment_lr,
-                                  seed=cfg.run.seed, desc="bootstrap environment")
+    with autocast(cfg.models.compute_dtype("environment")):
+        metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=cfg.bootstrap.environment_steps,
+                                      batch_size=cfg.bootstrap.batch_size, lr=cfg.bootstrap.environment_lr,
+                                      seed=cfg.run.seed, desc="bootstrap environment")
     save_pretrained(model, tokenizer, paths.bootstrap / "environment")
     summary = {f"bootstrap/environment_{k}": v for k, v in metrics.items()}
     summary.update({"bootstrap/environment_pairs": float(len(pairs)),
@@ -260,9 +262,10 @@ class EpisodicSetting(Setting):
             model, tokenizer = load_model(paths.init_models / role)
             model.train()
             trainable_weights.apply(model, cfg.train.trainable)
-            metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
-                                          batch_size=boot.batch_size, lr=boot.lr, seed=cfg.run.seed,
-                                          desc=f"bootstrap {role}")
+            with autocast(cfg.models.compute_dtype(role)):
+                metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
+                                              batch_size=boot.batch_size, lr=boot.lr, seed=cfg.run.seed,
+                                              desc=f"bootstrap {role}")
             save_pretrained(model, tokenizer, paths.bootstrap / role)
             summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
         if warm_starts_environment(cfg):

@@ -20,6 +20,7 @@ from typing import Any
 from rla_core.config import Config
 from rla_core.envs.base import get_environment
 from rla_core.judge.judge import judge_trajectories
+from rla_core.models.precision import for_sampling
 from rla_core.rollout.base import RolloutEngine, SamplingParams, get_engine
 from rla_core.rollout.runner import play
 from rla_core.schemas import JudgedStep, Task, Trajectory
@@ -46,7 +47,8 @@ def engine_for(cfg: Config, run_root: Path, role: str, model_dir: Path, batch_si
     """(engine sampling from the weights in `model_dir`, tokenizer) for `role`."""
     model, tokenizer = load_model(model_dir)
     factory = get_engine(cfg.rollout.backend)
-    if cfg.rollout.backend == "transformers":
+    if cfg.rollout.backend == "transformers":  # (vLLM has its own rollout.vllm.dtype)
+        model = for_sampling(model, cfg.models.compute_dtype(role))
         return factory(model, tokenizer, batch_size=batch_size, sampler=cfg.rollout.sampler), tokenizer
     key, live = _key(cfg, run_root, batch_size), _LIVE.get(role)
     if live is not None and live.key == key:

@@ -10,6 +10,7 @@ import torch
 from rla_core.compute import cap_samples, compute_metrics
 from rla_core.training import trainable
 from rla_core.config import Config, TrainConfig
+from rla_core.models.precision import autocast
 from rla_core.schemas import TrainingSample, Trajectory
 from rla_core.training.base import get_trainer
 from tasks.common import load_model, stage_seed
@@ -75,7 +76,8 @@ def _train_here(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: 
     reference = None
     if cfg.train.reference == "initial":
         reference, _ = load_model(paths.bootstrap / role)
-    metrics = trainer.train(samples, reference, stage_seed(cfg, k, f"train_{role}"))
+    with autocast(cfg.models.compute_dtype(role)):  # models.dtype; the weights and optimizer stay float32
+        metrics = trainer.train(samples, reference, stage_seed(cfg, k, f"train_{role}"))
     trainer.save(out / "model", tokenizer=tokenizer)
     if cfg.train.trainable != "all":
         metrics = {**metrics, **counts}
