@@ -23,6 +23,7 @@ SCRIPT_PARTS = {
     "random-policy": "success of a uniformly random policy on a TextWorld task file (the floor of a warm start)",
     "slot-games": "how often a finished run's policy wins each of its seed slots' TextWorld games",
     "train-options": "step time, peak memory and loss of each train.trainable option (and bf16) on a real model",
+    "learning-check": "household on SmolLM2: full loop vs outcome only, held-out and judge before/after (GPU)",
 }
 SET_HELP = "override one config key, e.g. --set rollout.n=8 (repeatable; `rla config` lists the keys)"
 

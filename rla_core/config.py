@@ -63,11 +63,20 @@ class ModelsConfig(_Section):
         "optimizer); auto = bfloat16 for a pretrained model on a CPU/GPU with native bfloat16, else float32 "
         "(tiny models: float32)")
 
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where the transformers engine and the torch trainer run the models; auto = cuda "
+        "when torch sees a GPU, else cpu (vLLM and DeepSpeed place models themselves)")
+
+    def torch_device(self) -> str:
+        from rla_core.models.precision import default_device
+
+        return default_device() if self.device == "auto" else self.device
+
     def compute_dtype(self, role: str, device: str | None = None):
         """The torch dtype `role`'s forward passes run in (rla_core/models/precision.py)."""
         from rla_core.models.precision import resolve
 
-        return resolve(self.dtype, getattr(self, role).path is not None, device)
+        return resolve(self.dtype, getattr(self, role).path is not None, device or self.torch_device())
 
 
 class RunConfig(_Section):
@@ -212,8 +221,10 @@ class TrainConfig(_Section):
     old_logprobs: Literal["recompute", "rollout"] = Field(
         "recompute", description="log π_old: recomputed before the first step, or the log-probs the generation "
         "recorded (same weights, one forward pass less; numbers equal up to float rounding)")
-    trainable: str = Field("all", pattern=r"^(all|last_layers:[1-9][0-9]*)$", description="weights an update trains (and the "
-                           "warm-start): all, or last_layers:N (the last N decoder blocks, final norm, output head)")
+    trainable: str = Field("all", pattern=r"^(all|last_layers:[1-9][0-9]*|lora:[1-9][0-9]*)$",
+                           description="weights an update trains (and the warm-start): all; last_layers:N (the last "
+                           "N decoder blocks, final norm, output head); lora:R (rank-R adapters on every linear "
+                           "layer of every block, merged into the weights when saved)")
     minibatch_size: int = Field(256, gt=0, description="at most this many samples per optimizer step")
     optimizer_steps: int | None = Field(
         None, gt=0, description="exactly this many optimizer steps per update, the samples split evenly "

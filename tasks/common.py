@@ -44,10 +44,12 @@ def bind_environment(cfg: Config, run_root: str | Path, use_archive: bool = True
                   goal_chars=tw.goal_chars, archive=archive)
 
 
-def load_model(path: Path) -> tuple[Any, Any]:
+def load_model(path: Path, device: str = "cpu") -> tuple[Any, Any]:
+    """A saved model (eval mode) on `device` (`models.device` resolved: Config.models.torch_device()), and
+    its tokenizer."""
     model, tokenizer = load_pretrained(path)
     model.eval()
-    return model, tokenizer
+    return (model if device == "cpu" else model.to(device)), tokenizer
 
 
 def progress_bar(total: int, desc: str, unit: str = "episode") -> tqdm:

@@ -2,10 +2,10 @@
 
 Weights are stored and optimized in float32 (the master copy). With bfloat16, a training update or a
 supervised warm-start runs under `torch.autocast` (matmuls in bfloat16, reductions and the optimizer in
-float32) and sampling runs on the weights cast to bfloat16 (a model loaded for sampling only). `auto` picks bfloat16 for a pretrained model
-on hardware with native bfloat16 arithmetic (a CUDA device that supports it; a CPU with AVX512-BF16 or AMX)
-and float32 otherwise, and always float32 for the tiny models built in-process, whose runs stay
-bit-identical to those from before the key.
+float32) and sampling runs on the weights cast to bfloat16 (a model loaded for sampling only). `auto`
+picks bfloat16 for a pretrained model on hardware with native bfloat16 arithmetic (a CUDA device that
+supports it; a CPU with AVX512-BF16 or AMX) and float32 otherwise, and always float32 for the tiny models
+built in-process, whose runs stay bit-identical to those from before the key.
 """
 from __future__ import annotations
 

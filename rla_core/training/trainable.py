@@ -1,25 +1,79 @@
-"""Which weights an update trains (`train.trainable`): every weight, or the last N decoder blocks with the
+"""Which weights an update trains (`train.trainable`): every weight; the last N decoder blocks with the
 final norm and the output head (with tied embeddings, the head is the embedding matrix, so it trains
-too). On a CPU, full fine-tuning of a 135M-parameter model is the slow path: freezing the lower blocks
-removes their weight gradients and optimizer state, and backpropagation stops at the lowest trained
-block."""
+too); or low-rank adapters of rank R on every linear layer of every decoder block (LoRA: W x + s·B A x
+with A [R, in], B [out, R] zero at the start, s = 2, W frozen).
+
+On a CPU, full fine-tuning of a 135M-parameter model is the slow path: freezing the lower blocks removes
+their weight gradients and optimizer state, and backpropagation stops at the lowest trained block. LoRA
+keeps the gradient flowing through every block but trains and stores a few hundred thousand numbers.
+Adapters are merged into W before a model is saved (`merge`), so every checkpoint is a plain HF model
+that any stage loads as before; each update starts fresh adapters on the merged weights (their optimizer
+state is not carried over)."""
 from __future__ import annotations
 
+import math
 import re
 
 import torch
 
-PATTERN = r"^(all|last_layers:[1-9][0-9]*)$"
+PATTERN = r"^(all|last_layers:[1-9][0-9]*|lora:[1-9][0-9]*)$"
+LORA_SCALE = 2.0  # alpha / R with alpha = 2R
 
 
 def parse(spec: str) -> int | None:
-    """None for "all", else N of "last_layers:N"."""
+    """None for "all", else N of "last_layers:N" (see `lora_rank` for "lora:R")."""
     match = re.fullmatch(r"last_layers:([1-9][0-9]*)", spec)
-    if spec == "all":
+    if spec == "all" or lora_rank(spec) is not None:
         return None
     if not match:
-        raise ValueError(f"train.trainable: {spec!r}; valid: all, last_layers:N (N >= 1)")
+        raise ValueError(f"train.trainable: {spec!r}; valid: all, last_layers:N, lora:R (N, R >= 1)")
     return int(match.group(1))
+
+
+def lora_rank(spec: str) -> int | None:
+    match = re.fullmatch(r"lora:([1-9][0-9]*)", spec)
+    return int(match.group(1)) if match else None
+
+
+class LoRALinear(torch.nn.Module):
+    """A frozen linear layer plus a trainable low-rank update (see the module doc)."""
+
+    def __init__(self, base: torch.nn.Linear, rank: int, generator: torch.Generator) -> None:
+        super().__init__()
+        self.base = base
+        self.lora_a = torch.nn.Parameter(torch.empty(rank, base.in_features, dtype=torch.float32))
+        self.lora_b = torch.nn.Parameter(torch.zeros(base.out_features, rank, dtype=torch.float32))
+        bound = 1.0 / math.sqrt(base.in_features)  # kaiming-uniform(a=sqrt(5)) of a [rank, in] weight
+        with torch.no_grad():
+            self.lora_a.uniform_(-bound, bound, generator=generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        update = torch.nn.functional.linear(torch.nn.functional.linear(x, self.lora_a), self.lora_b)
+        return self.base(x) + LORA_SCALE * update
+
+    def merged(self) -> torch.nn.Linear:
+        with torch.no_grad():
+            delta = LORA_SCALE * (self.lora_b.float() @ self.lora_a.float())
+            self.base.weight += delta.to(self.base.weight.dtype)
+        return self.base
+
+
+def _add_lora(model: torch.nn.Module, rank: int, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    for block in decoder_layers(model):
+        for name, module in list(block.named_modules()):
+            if isinstance(module, torch.nn.Linear):
+                parent = block.get_submodule(name.rsplit(".", 1)[0]) if "." in name else block
+                setattr(parent, name.rsplit(".", 1)[-1], LoRALinear(module, rank, generator))
+
+
+def merge(model: torch.nn.Module) -> torch.nn.Module:
+    """Fold every adapter into its layer (no-op without adapters): the model is a plain HF model again."""
+    for name, module in list(model.named_modules()):
+        if isinstance(module, LoRALinear):
+            parent_name, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, attr, module.merged())
+    return model
 
 
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
@@ -31,10 +85,15 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     return layers
 
 
-def apply(model: torch.nn.Module, spec: str) -> dict[str, float]:
-    """Set requires_grad for `spec`; returns {"trainable_params", "total_params"}. "all" changes nothing."""
-    last = parse(spec)
-    if last is not None:
+def apply(model: torch.nn.Module, spec: str, seed: int = 0) -> dict[str, float]:
+    """Set requires_grad for `spec` (lora:R: add the adapters, A drawn from `seed`); returns
+    {"trainable_params", "total_params"}. "all" changes nothing."""
+    last, rank = parse(spec), lora_rank(spec)
+    if rank is not None:
+        for param in model.parameters():
+            param.requires_grad_(False)
+        _add_lora(model, rank, seed)
+    elif last is not None:
         for param in model.parameters():
             param.requires_grad_(False)
         layers = decoder_layers(model)

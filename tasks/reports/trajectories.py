@@ -1,5 +1,6 @@
 """Readable report of an iteration's trajectories: a few tasks, every step with the policy's response,
-the judge's verdicts and rationales, the step reward and the advantage the policy was trained with.
+the judge's verdicts and rationales, the step reward and the advantage the policy was trained with; and
+every rewrite the iteration accepted into the task set, beside the task it was rewritten from.
 
 `trajectory_report` chooses what to show (pure); `render_text` / `render_html` turn it into a plain
 text file and a self-contained HTML page (inline CSS, no scripts, every string escaped);
@@ -9,10 +10,12 @@ logs the two renderings as artifacts.
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rla_core.adaptation.critic import judge_rationale
+from rla_core.adaptation.store import TaskStore
 from rla_core.rewards import StepKey, group_by_task, has_mixed_outcomes, index_judged, step_rewards
 from rla_core.rollout.runner import INVALID
 from rla_core.schemas import JudgedStep, Trajectory, TrainingSample
@@ -59,10 +62,23 @@ class TrajectoryView:
 
 
 @dataclass(frozen=True)
+class RewriteView:
+    """An accepted rewrite: the candidate that became the slot's task, beside the task it came from."""
+    slot_id: str
+    task_id: str
+    direction: str  # "harder" | "easier"
+    prev_acc: float  # success rate of the parent when the rewrite was asked for
+    acc: float | None  # success rate of the rewrite on this iteration's rollouts
+    parent: str  # the parent task's spec (JSON)
+    rewrite: str  # the rewritten task's spec (JSON)
+
+
+@dataclass(frozen=True)
 class ReportSelection:
     trajectories: tuple[TrajectoryView, ...]
     tasks_total: int
     trajectories_total: int
+    rewrites: tuple[RewriteView, ...] = ()
 
     @property
     def tasks_shown(self) -> int:
@@ -165,8 +181,32 @@ def iteration_report(paths: RunPaths, k: int, step_weight: float, max_tasks: int
     judged = read_records(it.judged, JudgedStep)
     rejected = set(read_adapt_report(paths, k).rejected)
     samples = read_records_shared(it.batch("policy"), TrainingSample)
-    return trajectory_report(trajectories, judged, report_rewards(trajectories, judged, step_weight),
-                             sample_advantages(samples), max_tasks, per_task, rejected)
+    selection = trajectory_report(trajectories, judged, report_rewards(trajectories, judged, step_weight),
+                                  sample_advantages(samples), max_tasks, per_task, rejected)
+    return ReportSelection(selection.trajectories, selection.tasks_total, selection.trajectories_total,
+                           accepted_rewrites(paths, k))
+
+
+def _spec(task) -> str:
+    return json.dumps(task.spec, sort_keys=True, ensure_ascii=False)
+
+
+def accepted_rewrites(paths: RunPaths, k: int) -> tuple[RewriteView, ...]:
+    """The candidates iteration k's adapt stage accepted, each with the slot's task before it (from the
+    store the iteration started from) — the environment model's or the rule-based rewriter's work."""
+    report = read_adapt_report(paths, k)
+    if not report.accepted:
+        return ()
+    before, after = TaskStore.load(paths.store_dir(k)), TaskStore.load(paths.it(k).store)
+    by_task = {slot.active.task_id: slot for slot in after.slots()}
+    views = []
+    for resolution in report.resolutions:
+        slot = by_task.get(resolution.task_id)
+        if not resolution.accepted or slot is None:
+            continue
+        views.append(RewriteView(slot.slot_id, resolution.task_id, resolution.direction, resolution.prev_acc,
+                                 resolution.acc, _spec(before.slot(slot.slot_id).active), _spec(slot.active)))
+    return tuple(views)
 
 
 # ---------------------------------------------------------------- plain text
@@ -211,7 +251,17 @@ def render_text(selection: ReportSelection) -> str:
                   _field("goal", view.goal, ""), _field("initial observation", view.initial_observation, "")]
         for step in view.steps:
             lines += _text_step(step)
+    if selection.rewrites:
+        lines += ["", f"Accepted rewrites ({len(selection.rewrites)})"]
+    for rewrite in selection.rewrites:
+        lines += ["", f"=== slot {rewrite.slot_id}: {rewrite.direction}, success {_acc(rewrite.prev_acc)} -> "
+                      f"{_acc(rewrite.acc)}", _field("was", rewrite.parent, "  "),
+                  _field("now", rewrite.rewrite, "  ")]
     return "\n".join(lines) + "\n"
+
+
+def _acc(value: float | None) -> str:
+    return "not rolled out" if value is None else f"{value:.2f}"
 
 
 # ---------------------------------------------------------------- HTML
@@ -265,6 +315,12 @@ def render_html(selection: ReportSelection) -> str:
     """One self-contained HTML page (inline CSS, no scripts or external assets): a summary, then a
     table per shown trajectory, coloured by outcome."""
     body = "\n".join(_html_trajectory(view) for view in selection.trajectories)
+    if selection.rewrites:
+        rows = "".join(f"<tr><td>{_e(r.slot_id)}</td><td>{_e(r.direction)}</td><td>{_e(_acc(r.prev_acc))} → "
+                       f"{_e(_acc(r.acc))}</td><td><span class=\"text\">{_e(r.parent)}</span></td>"
+                       f"<td><span class=\"text\">{_e(r.rewrite)}</span></td></tr>" for r in selection.rewrites)
+        body += ("\n<h2>Accepted rewrites</h2><table><thead><tr><th>slot</th><th>direction</th><th>success</th>"
+                 f"<th>the task before</th><th>the rewritten task</th></tr></thead><tbody>{rows}</tbody></table>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Trajectories</title>"
             f"<style>{_CSS}</style></head><body><h1>Trajectories</h1>"
             f"<p>{_e(_summary(selection))}</p>"

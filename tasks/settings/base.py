@@ -120,12 +120,14 @@ def tokenize_pairs(tokenizer, pairs: list[tuple[str, str]]) -> list[Pair]:
 
 def build_models(paths: RunPaths, cfg: Config, tokenizer) -> dict:
     """The policy, judge and environment models (tiny ones built, or the configured paths) with `tokenizer`,
-    saved under models/init; the summary counts the vocabulary and each model's parameters."""
+    saved under models/init; the summary counts the vocabulary and each model's parameters, and names the
+    dtype its arithmetic runs in (models.dtype resolved on this machine)."""
     summary = {"vocab": len(tokenizer)}
     for offset, role in enumerate(("policy", "judge", "environment")):
         model, tok = build_or_load(getattr(cfg.models, role), tokenizer, cfg.run.seed + offset)
         save_pretrained(model, tok, paths.init_models / role)
         summary[f"{role}_params"] = sum(p.numel() for p in model.parameters())
+        summary[f"{role}_dtype"] = str(cfg.models.compute_dtype(role)).removeprefix("torch.")  # models.dtype
     return summary
 
 

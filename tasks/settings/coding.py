@@ -228,14 +228,14 @@ class CodingSetting(Setting):
         summary: dict[str, float] = {}
         for role, (pairs, steps, lr) in jobs.items():
             start = time.perf_counter()
-            model, tokenizer = load_model(paths.init_models / role)
+            model, tokenizer = load_model(paths.init_models / role, cfg.models.torch_device())
             model.train()
-            trainable_weights.apply(model, cfg.train.trainable)
-            with autocast(cfg.models.compute_dtype(role)):
+            trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed)
+            with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):
                 metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
                                               batch_size=boot.batch_size, lr=lr, seed=cfg.run.seed,
                                               desc=f"bootstrap {role}")
-            save_pretrained(model, tokenizer, paths.bootstrap / role)
+            save_pretrained(trainable_weights.merge(model), tokenizer, paths.bootstrap / role)
             summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
             summary[f"bootstrap/{role}_pairs"] = float(len(pairs))
             summary[f"bootstrap/{role}_seconds"] = time.perf_counter() - start

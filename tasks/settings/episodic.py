@@ -146,8 +146,8 @@ def warm_start_environment(cfg: Config, paths: RunPaths) -> dict[str, float]:
     """Fine-tune the init environment model on `environment_pairs`; save it to models/bootstrap/environment."""
     start = time.perf_counter()
     pairs = environment_pairs(cfg, paths)
-    model, tokenizer = load_model(paths.init_models / "environment")
-    with autocast(cfg.models.compute_dtype("environment")):
+    model, tokenizer = load_model(paths.init_models / "environment", cfg.models.torch_device())
+    with autocast(cfg.models.compute_dtype("environment"), cfg.models.torch_device()):
         metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=cfg.bootstrap.environment_steps,
                                       batch_size=cfg.bootstrap.batch_size, lr=cfg.bootstrap.environment_lr,
                                       seed=cfg.run.seed, desc="bootstrap environment")
@@ -259,14 +259,14 @@ class EpisodicSetting(Setting):
                                           keep), random.Random(cfg.run.seed)), boot.judge_steps),
         }
         for role, (pairs, steps) in jobs.items():
-            model, tokenizer = load_model(paths.init_models / role)
+            model, tokenizer = load_model(paths.init_models / role, cfg.models.torch_device())
             model.train()
-            trainable_weights.apply(model, cfg.train.trainable)
-            with autocast(cfg.models.compute_dtype(role)):
+            trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed)
+            with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):
                 metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
                                               batch_size=boot.batch_size, lr=boot.lr, seed=cfg.run.seed,
                                               desc=f"bootstrap {role}")
-            save_pretrained(model, tokenizer, paths.bootstrap / role)
+            save_pretrained(trainable_weights.merge(model), tokenizer, paths.bootstrap / role)
             summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
         if warm_starts_environment(cfg):
             summary.update(warm_start_environment(cfg, paths))

@@ -45,7 +45,7 @@ def _key(cfg: Config, run_root: Path, batch_size: int) -> tuple:
 
 def engine_for(cfg: Config, run_root: Path, role: str, model_dir: Path, batch_size: int) -> tuple[RolloutEngine, Any]:
     """(engine sampling from the weights in `model_dir`, tokenizer) for `role`."""
-    model, tokenizer = load_model(model_dir)
+    model, tokenizer = load_model(model_dir, cfg.models.torch_device())
     factory = get_engine(cfg.rollout.backend)
     if cfg.rollout.backend == "transformers":  # (vLLM has its own rollout.vllm.dtype)
         model = for_sampling(model, cfg.models.compute_dtype(role))

@@ -69,15 +69,18 @@ def train_role(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: f
 def _train_here(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: float,
                 samples: list) -> dict[str, float]:
     start_dir = paths.model_dir(k, role)
-    model, tokenizer = load_model(start_dir)
-    counts = trainable.apply(model, cfg.train.trainable)
+    model, tokenizer = load_model(start_dir, cfg.models.torch_device())
+    counts = trainable.apply(model, cfg.train.trainable, seed=stage_seed(cfg, k, f"lora_{role}"))
     state = start_dir / "optimizer.pt"
-    trainer = get_trainer(cfg.train.backend)(model, cfg.train, lr, state if state.is_file() else None)
+    fresh = trainable.lora_rank(cfg.train.trainable) is not None  # new adapters: no moments to carry over
+    trainer = get_trainer(cfg.train.backend)(model, cfg.train, lr, state if state.is_file() and not fresh else None)
     reference = None
     if cfg.train.reference == "initial":
-        reference, _ = load_model(paths.bootstrap / role)
-    with autocast(cfg.models.compute_dtype(role)):  # models.dtype; the weights and optimizer stay float32
+        reference, _ = load_model(paths.bootstrap / role, cfg.models.torch_device())
+    # models.dtype: bfloat16 arithmetic where configured, the weights and optimizer stay float32
+    with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):
         metrics = trainer.train(samples, reference, stage_seed(cfg, k, f"train_{role}"))
+    trainable.merge(model)  # lora:R: the adapters folded in, a plain HF checkpoint
     trainer.save(out / "model", tokenizer=tokenizer)
     if cfg.train.trainable != "all":
         metrics = {**metrics, **counts}

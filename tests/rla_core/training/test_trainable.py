@@ -51,3 +51,47 @@ def test_a_frozen_block_does_not_move_in_a_warm_start(tiny):
 def test_a_bad_spec_is_refused_by_the_config(spec):
     with pytest.raises(ConfigError):
         load_config(None, [f"train.trainable={spec}"])
+
+
+def test_lora_trains_only_the_adapters_and_merges_into_a_plain_model(tiny, tmp_path):
+    from rla_core.models.factory import load_pretrained, save_pretrained
+
+    model, tokenizer = tiny
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    ids = tokenizer(["take the lamp"], add_special_tokens=False)["input_ids"][0]
+    probe = torch.tensor([ids])
+    with torch.no_grad():
+        logits_before = model(input_ids=probe).logits
+    counts = trainable.apply(model, "lora:4", seed=1)
+    adapters = [m for m in model.modules() if isinstance(m, trainable.LoRALinear)]
+    assert len(adapters) == 4 * 7  # q, k, v, o, gate, up, down in each of the 4 blocks
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trained and all(name.endswith(("lora_a", "lora_b")) for name in trained)
+    assert counts["trainable_params"] == sum(a.lora_a.numel() + a.lora_b.numel() for a in adapters)
+    with torch.no_grad():  # B = 0: the adapted model starts as the model
+        assert torch.allclose(model(input_ids=probe).logits, logits_before, atol=1e-6)
+
+    class Pair:
+        prompt_ids, response_ids = ids[:2], ids[2:] + [tokenizer.eos_token_id]
+
+    result = supervised_finetune(model, [Pair()] * 4, steps=5, batch_size=4, lr=1e-2, progress=False)
+    assert result["loss_last"] < result["loss_first"]
+    with torch.no_grad():
+        adapted = model(input_ids=probe).logits
+    trainable.merge(model)
+    assert not any(isinstance(m, trainable.LoRALinear) for m in model.modules())
+    assert set(dict(model.named_parameters())) == set(before)  # the plain HF layout again
+    with torch.no_grad():
+        assert torch.allclose(model(input_ids=probe).logits, adapted, atol=1e-4)  # merged = adapted
+    moved = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
+    assert moved and all(".layers." in name for name in moved)  # only the blocks' linear weights
+    save_pretrained(model, tokenizer, tmp_path / "m")  # the checkpoint every stage loads
+    loaded, _ = load_pretrained(tmp_path / "m")
+    with torch.no_grad():
+        assert torch.allclose(loaded(input_ids=probe).logits, adapted, atol=1e-4)
+
+
+def test_lora_rank_is_checked_by_the_config():
+    assert load_config(None, ["train.trainable=lora:8"]).train.trainable == "lora:8"
+    with pytest.raises(ConfigError):
+        load_config(None, ["train.trainable=lora:0"])

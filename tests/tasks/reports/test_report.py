@@ -14,6 +14,7 @@ from tasks.paths import RunPaths
 from tasks.reports.trajectories import (
     EXCLUDED,
     NOT_TRAINED,
+    ReportSelection,
     iteration_report,
     render_html,
     render_text,
@@ -199,3 +200,41 @@ def test_log_artifacts_logs_text_and_html_to_the_iteration_run(tmp_path):
 def test_per_task_limit(per_task):
     trajectories = [_trajectory("t", j, j % 2 == 0) for j in range(4)]
     assert len(select_trajectories(trajectories, per_task=per_task)) == min(per_task, 4)
+
+
+def test_accepted_rewrites_are_shown_beside_the_task_they_came_from(tmp_path):
+    """The seam adapt → viewer: the real acceptance (validate_pending) writes the report and the store that
+    the viewer reads; an accepted candidate is shown with its parent, a rejected one is not."""
+    from rla_core.adaptation.cycle import AdaptReport, validate_pending
+    from rla_core.adaptation.store import TaskStore
+    from rla_core.schemas import PendingCandidate, Task
+    from tasks.reports.trajectories import accepted_rewrites
+    from tasks.storage.files import mark_done, write_text
+
+    paths = RunPaths.of(tmp_path)
+    seed = [Task(task_id=f"{s}-v0", slot_id=s, spec={"rooms": 1, "slot": s}) for s in ("s1", "s2")]
+    TaskStore.from_seed(seed).save(paths.seed_store)
+    started = TaskStore.from_seed(seed)
+    for slot, direction, prev in (("s1", "harder", 0.9), ("s2", "easier", 0.1)):
+        rewrite = Task(task_id=f"{slot}-v1", slot_id=slot, spec={"rooms": 2, "slot": slot}, version=1)
+        started = started.set_pending(slot, PendingCandidate(task=rewrite, direction=direction, created_iteration=1,
+                                                             prev_acc=prev, source="llm"))
+    started.save(paths.it(1).store)
+    mark_done(paths.stage(1, "adapt"), {"metrics": {}})
+    report = AdaptReport()
+    # s1's rewrite is harder than its parent and inside the band: accepted; s2's never won: rejected
+    store = validate_pending(started, {"s1-v1": 0.5, "s2-v1": 0.0}, 2, 0.2, 0.8, report)
+    store.save(paths.it(2).store)
+    write_text(paths.it(2).adapt_report, report.model_dump_json())
+    assert report.accepted == ["s1-v1"] and report.rejected == ["s2-v1"]
+
+    (view,) = accepted_rewrites(paths, 2)
+    assert (view.slot_id, view.task_id, view.direction, view.prev_acc, view.acc) == ("s1", "s1-v1", "harder", 0.9, 0.5)
+    assert view.parent == '{"rooms": 1, "slot": "s1"}' and view.rewrite == '{"rooms": 2, "slot": "s1"}'
+    selection = ReportSelection((), 0, 0, (view,))
+    text = render_text(selection)
+    assert 'was: {"rooms": 1, "slot": "s1"}' in text and 'now: {"rooms": 2, "slot": "s1"}' in text
+    assert "success 0.90 -> 0.50" in text
+    page = render_html(selection)
+    assert "Accepted rewrites" in page and "&quot;rooms&quot;: 2" in page
+    assert "Accepted rewrites" not in render_text(ReportSelection((), 0, 0))
