@@ -172,9 +172,9 @@ def test_evaluation_metrics_reach_the_file_mlflow_and_the_summary_table(coding_r
     for key in ("rollout/pass_at_1", "judge/ut_accuracy", "data/policy/samples", "heldout/pass_at_1",
                 "bench/ut_accuracy", "bench/detect_rate", "dev/success_rate", "dev/bench_ut_accuracy"):
         assert key in logged, f"{key} missing from MLflow; have {sorted(logged)[:30]}"
-    assert sorted(logged["train/pass_at_1"]) == [1, 2]
-    rollout = {k: done_summary(paths.stage(k, "rollout"))["metrics"]["train/pass_at_1"] for k in (1, 2)}
-    assert logged["train/pass_at_1"] == rollout
+    assert sorted(logged["rollout/pass_at_1"]) == [1, 2]
+    rollout = {k: done_summary(paths.stage(k, "rollout"))["metrics"]["rollout/pass_at_1"] for k in (1, 2)}
+    assert logged["rollout/pass_at_1"] == rollout
     assert metrics["heldout/pass_at_1"] in logged["heldout/pass_at_1"].values()
     assert metrics["bench/ut_accuracy"] in logged["bench/ut_accuracy"].values()
     table = summary_table(str(paths.root))

@@ -17,6 +17,11 @@ from rla_core.errors import UnknownName
 from tasks.paths import RunPaths
 from tasks.stage import stage
 from tasks.storage.files import mark_done, write_text
+from tasks.summaries import StageSummary
+
+
+class WhereSummary(StageSummary):
+    where: str
 
 
 def _run_dir(tmp_path, *overrides: str) -> str:
@@ -33,7 +38,7 @@ def _local(calls: list):
             calls.append((str(paths.root), k))
             return {"where": "here"}
         body.__name__ = name
-        return stage()(body)
+        return stage(summary=WhereSummary)(body)
     return [declare(s.name) for s in ITERATION]
 
 
