@@ -252,6 +252,9 @@ class CodingConfig(_Section):
     demo_ops: list[int] = Field(default_factory=lambda: [1, 2, 3], description="pipeline lengths of the "
                                 "procedural warm-start demonstrations")
     demo_tests: int = Field(2, gt=0, description="demonstration unit tests per warm-start problem (judge)")
+    judge_work: bool = Field(False, description="the judge's demonstration tests carry their computation, one "
+                             "operation per line, between input and output (for real pretrained judges, which get the "
+                             "output right far more often step by step); raise judge.max_new_tokens with it")
     benchmark_problems: int = Field(40, ge=0, description="held-out problems of the fixed judge benchmark "
                                     "(reference program + mutants per problem), and as many dev problems of its "
                                     "dev counterpart when eval.dev_file is set; 0 = none")

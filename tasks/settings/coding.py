@@ -219,7 +219,8 @@ class CodingSetting(Setting):
         boot = cfg.bootstrap
         demos = demo_problems(cfg, paths, boot.demos, "demos")
         jobs = {"policy": (policy_pairs(demos), boot.policy_steps, boot.lr),
-                "judge": (judge_pairs(demos, cfg.coding.demo_tests, random.Random(f"{cfg.run.seed}/judge-demos")),
+                "judge": (judge_pairs(demos, cfg.coding.demo_tests, random.Random(f"{cfg.run.seed}/judge-demos"),
+                                      worked=cfg.coding.judge_work),
                           boot.judge_steps, boot.lr)}
         if warm_starts_environment(cfg):
             jobs["environment"] = (rewrite_pairs_coding(CODING, demos, random.Random(f"{cfg.run.seed}/env-demos"),

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from rla_core.adaptation.rewriters import build_rewrite_prompt, spec_hash
 from rla_core.envs.base import SpecError
-from rla_core.envs.coding.problems import (CodingFamily, expected_output, io_tests, mutants, reference_program)
+from rla_core.envs.coding.problems import (CodingFamily, expected_output, io_tests, mutants, reference_program,
+                                           work_lines)
 from rla_core.envs.coding.prompts import judge_prompt, policy_prompt, unit_test_text
 from rla_core.schemas import CriticFeedback, ProgramRun, Task, _Record
 
@@ -61,12 +62,16 @@ def policy_pairs(tasks: Sequence[Task]) -> list[tuple[str, str]]:
     return [(policy_prompt(t.spec), reference_program(t.spec["family"], _ops(t))) for t in tasks]
 
 
-def judge_pairs(tasks: Sequence[Task], per_task: int, rng: random.Random) -> list[tuple[str, str]]:
-    """(statement-only prompt, a correct unit test) pairs: fresh inputs, the reference's outputs."""
+def judge_pairs(tasks: Sequence[Task], per_task: int, rng: random.Random, worked: bool = False
+                ) -> list[tuple[str, str]]:
+    """(statement-only prompt, a correct unit test) pairs: fresh inputs, the reference's outputs; `worked`:
+    each test carries its computation, one operation per line, between input and output."""
     pairs = []
     for task in tasks:
-        for test in io_tests(task.spec["family"], _ops(task), rng, per_task):
-            pairs.append((judge_prompt(task.spec), unit_test_text(test["stdin"], test["stdout"])))
+        family, ops = task.spec["family"], _ops(task)
+        for test in io_tests(family, ops, rng, per_task):
+            work = work_lines(family, ops, test["stdin"]) if worked else None
+            pairs.append((judge_prompt(task.spec), unit_test_text(test["stdin"], test["stdout"], work)))
     return pairs
 
 

@@ -129,6 +129,26 @@ def apply_ops(family: str, ops: list[tuple[str, int]], value: Any) -> Any:
     return value
 
 
+# how one worked step reads (`work_lines`): the value before, the operation, the value after
+_INT_WORK = {"add": "{a} + {k} = {b}", "sub": "{a} - {k} = {b}", "mul": "{a} * {k} = {b}", "mod": "{a} % {k} = {b}",
+             "square": "{a} * {a} = {b}"}
+_STR_WORK = {"reverse": "reverse {a} = {b}", "upper": "upper {a} = {b}", "repeat": "repeat {a} {k} times = {b}",
+             "first": "first {k} of {a} = {b}", "drop": "drop {k} of {a} = {b}", "append": "{a} + {c} = {b}"}
+
+
+def work_lines(family: str, ops: list[tuple[str, int]], stdin: str) -> list[str]:
+    """The computation of a pipeline's output on `stdin`, one line per operation (e.g. `15 + 3 = 18`,
+    `reverse abc = cba`): the worked part of a real judge's demonstration tests (prompts.unit_test_text)."""
+    value: Any = int(stdin) if family == "int" else stdin.rstrip("\n")
+    lines = []
+    for op, k in ops:
+        after = FAMILIES[family][op][2](value, k)
+        form = (_INT_WORK if family == "int" else _STR_WORK)[op]
+        lines.append(form.format(a=value, b=after, k=k, c=string.ascii_lowercase[k % 26]))
+        value = after
+    return lines
+
+
 def _random_input(family: str, rng: random.Random) -> str:
     if family == "int":
         return str(rng.randint(0, 20))

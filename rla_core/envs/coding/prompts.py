@@ -9,6 +9,11 @@ unit test in the form
     output:
     <expected stdout>
 
+optionally with a worked computation between the two (`work:` and one line per step, e.g. `15 + 3 = 18`):
+a real pretrained judge is warm-started on such tests (`coding.judge_work`), because a small model
+computes a pipeline's output far more reliably one operation at a time than in one jump. The work is
+never scored: only the input and the expected output are.
+
 Both parsers take untrusted model text: a fenced ```python block is unwrapped (real LLMs write them),
 anything that does not fit is None.
 """
@@ -18,7 +23,7 @@ import re
 from typing import Any
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_+-]*\n(.*?)(?:```|$)", re.DOTALL)
-_TEST = re.compile(r"^\s*input:[ \t]*\n(.*?)\noutput:[ \t]*\n(.*?)\s*$", re.DOTALL)
+_TEST = re.compile(r"^\s*input:[ \t]*\n(.*?)\n(?:work:[ \t]*\n(?:.*?\n)?)?output:[ \t]*\n(.*?)\s*$", re.DOTALL)
 MAX_TEST_CHARS = 2000
 
 
@@ -45,9 +50,11 @@ def judge_prompt(spec: dict[str, Any]) -> str:
     return f"Problem: {spec['statement']}\nWrite a unit test: an input and the output of a correct program.\nTest:\n"
 
 
-def unit_test_text(stdin: str, stdout: str) -> str:
-    """The judge's target text for one test (its warm-start demonstrations)."""
-    return f"input:\n{stdin.rstrip(chr(10))}\noutput:\n{stdout.rstrip(chr(10))}"
+def unit_test_text(stdin: str, stdout: str, work: list[str] | None = None) -> str:
+    """The judge's target text for one test (its warm-start demonstrations); `work`: the worked steps
+    between input and output (see the module's docstring)."""
+    middle = "work:\n" + "".join(line + "\n" for line in work) if work else ""
+    return f"input:\n{stdin.rstrip(chr(10))}\n{middle}output:\n{stdout.rstrip(chr(10))}"
 
 
 def parse_test(text: str) -> tuple[str, str] | None:
@@ -58,6 +65,6 @@ def parse_test(text: str) -> tuple[str, str] | None:
     if not match:
         return None
     stdin, stdout = match.group(1), match.group(2)
-    if "\noutput:" in stdin:
+    if "\noutput:" in stdin or "\nwork:" in stdin or stdin.startswith("work:"):
         return None
     return stdin.rstrip("\n") + "\n", stdout.rstrip("\n") + "\n"

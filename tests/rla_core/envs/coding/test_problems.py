@@ -10,11 +10,12 @@ import random
 import pytest
 
 from rla_core.adaptation.rewriters import first_json_object, spec_hash
-from rla_core.envs.coding.bootstrap import benchmark_programs, generate_mixed
+from rla_core.envs.coding.bootstrap import benchmark_programs, generate_mixed, judge_pairs
 from rla_core.envs.coding.critic import coding_feedback
 from rla_core.envs.coding.execute import run_ground_truth
 from rla_core.envs.coding.problems import (CODING, FAMILIES, GT_TESTS, MAX_OPS, MIN_REWRITE_TESTS, mutants,
-                                      reference_program, spec_from_ops, statement_of)
+                                      reference_program, spec_from_ops, statement_of, work_lines)
+from rla_core.envs.coding.prompts import parse_test
 from rla_core.envs.coding.sandbox import Limits, Sandbox, TestCase
 from rla_core.config import PROJECT_ROOT, load_config
 from rla_core.envs.base import SpecError
@@ -81,6 +82,35 @@ def test_statement_and_tests_of_a_hand_checked_pipeline():
                                  "letters. Print the result.")
     for test in spec["tests"]:
         assert test["stdout"] == (test["stdin"].rstrip("\n")[::-1] + "c")[:3] + "\n"
+
+
+def test_work_lines_of_a_hand_checked_pipeline():
+    assert work_lines("int", [("add", 3), ("square", 0), ("mod", 7)], "4\n") == ["4 + 3 = 7", "7 * 7 = 49",
+                                                                               "49 % 7 = 0"]
+    assert work_lines("str", [("reverse", 0), ("append", 2), ("repeat", 2), ("upper", 0), ("drop", 3), ("first", 2)],
+                      "abc\n") == ["reverse abc = cba", "cba + c = cbac", "repeat cbac 2 times = cbaccbac",
+                                   "upper cbaccbac = CBACCBAC", "drop 3 of CBACCBAC = CCBAC", "first 2 of CCBAC = CC"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_worked_demonstrations_end_at_the_reference_output_and_pass_the_reference_in_the_sandbox(seed, sandbox):
+    """judge_pairs(worked=True) → parse_test → the sandbox running each problem's reference program: every
+    demonstration test passes, the worked and plain demonstrations hold the same tests, and the last work
+    line's value is the expected output."""
+    rng = random.Random(seed)
+    tasks = generate_mixed(CODING, {"ops": 1, "max_const": 9}, [1, 2, 3, 4], 8, rng, "demo", set())
+    worked = judge_pairs(tasks, 2, random.Random(seed), worked=True)
+    plain = judge_pairs(tasks, 2, random.Random(seed))
+    assert [parse_test(t) for _, t in worked] == [parse_test(t) for _, t in plain]
+    assert [p for p, _ in worked] == [p for p, _ in plain]
+    jobs = []
+    for index, (_, text) in enumerate(worked):
+        task = tasks[index // 2]
+        stdin, stdout = parse_test(text)
+        work = text.split("work:\n", 1)[1].split("output:\n", 1)[0].splitlines()
+        assert len(work) == len(task.spec["ops"]) and work[-1].endswith(f"= {stdout.rstrip()}")
+        jobs.append((reference_program(task.spec["family"], _ops(task.spec)), [TestCase(stdin, stdout)]))
+    assert all(v.passed for verdicts in sandbox.run_matrix(jobs) for v in verdicts)
 
 
 @pytest.mark.parametrize("change", ["statement", "stdout", "stdin", "ops", "seed", "family"])

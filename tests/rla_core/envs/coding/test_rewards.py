@@ -161,3 +161,15 @@ def test_test_answer_round_trips_and_garbage_is_unparseable():
     for garbage in ("", "input: 3 output: 6", "output:\n6\ninput:\n3", "input:\n1\noutput:\n2\x00", "x" * 5000):
         assert parse_test(garbage) is None
     assert "Program:" in policy_prompt(spec={"statement": "s", "prompt_code": None})
+
+
+def test_a_worked_test_parses_to_its_input_and_output_only():
+    work = ["15 + 3 = 18", "18 * 18 = 324"]
+    text = unit_test_text("15\n", "324\n", work)
+    assert text == "input:\n15\nwork:\n15 + 3 = 18\n18 * 18 = 324\noutput:\n324"
+    assert parse_test(text) == ("15\n", "324\n")
+    assert parse_test("input:\n3\nwork:\noutput:\n6") == ("3\n", "6\n")  # an empty work section
+    assert unit_test_text("3\n", "6\n", []) == unit_test_text("3\n", "6\n")
+    # the work never leaks into the input, and a test whose input is missing is unparseable
+    for broken in ("input:\nwork:\n1 + 1 = 2\noutput:\n2", "input:\n1\nwork:\n1 + 1 = 2"):
+        assert parse_test(broken) is None, broken
