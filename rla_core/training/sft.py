@@ -6,7 +6,7 @@ oracle step labels before RL (docs/design.md, "The loop", Warm-start).
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -64,8 +64,10 @@ def supervised_finetune(
     grad_clip: float = 1.0,
     progress: bool = True,
     desc: str = "sft",
+    on_step: Callable[[int, float], None] | None = None,
 ) -> dict[str, float]:
-    """Train `model` in place for `steps` AdamW steps on random batches of `pairs`.
+    """Train `model` in place for `steps` AdamW steps on random batches of `pairs`; `on_step(step, loss)`
+    is called after each step (1-based), e.g. to save checkpoints.
 
     Pairs longer than the model's positions or with an empty response are dropped first.
     Metrics: loss_first, loss_last (mean of the last ≤10 steps), loss_mean, steps, samples,
@@ -89,6 +91,8 @@ def supervised_finetune(
         torch.nn.utils.clip_grad_norm_(params, grad_clip)
         optimizer.step()
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if on_step is not None:
+            on_step(len(losses), losses[-1])
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     tail = losses[-10:]

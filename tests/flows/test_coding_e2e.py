@@ -240,3 +240,30 @@ def test_judge_best_follows_its_dev_unit_test_accuracy(coding_run):
         best = max(scored, key=lambda k: (float(scored[k].tags[rank]), -k))
         aliases = tracker.client.get_registered_model(model_name(role)).aliases
         assert str(aliases["best"]) == str(scored[best].version)
+
+
+def test_judge_warmstart_bench_scores_both_forms_on_the_dev_benchmark_and_leaves_the_run_as_it_was(
+        coding_run, tmp_path, capsys):
+    """`rla bench judge-warmstart` on the micro run: a row per form and checkpoint, each scoring every dev
+    benchmark problem's U tests (the pools hold each problem's reference, so every problem counts), the two
+    forms training on different targets; the run folder is unchanged afterwards (checkpoints removed)."""
+    from rla_bench.judge_warmstart import main
+    from rla_core.errors import BadValue
+
+    paths, _, _ = coding_run
+    before = _tree(paths.root)
+    out = tmp_path / "judge_warmstart.json"
+    assert main(["--run", str(paths.root), "--steps", "3,1", "--out", str(out)]) == 0
+    rows = __import__("json").loads(out.read_text())["rows"]
+    assert [(r["form"], r["steps"]) for r in rows] == [("plain", 1), ("plain", 3), ("worked", 1), ("worked", 3)]
+    problems = len(read_records(paths.coding_benchmark_dev, BenchmarkProblem))
+    assert problems > 0
+    for row in rows:
+        assert row["dev_bench_tests_scored"] == problems * U
+        assert 0.0 <= row["dev_bench_ut_accuracy"] <= 1.0 and 0.0 <= row["dev_bench_parse_rate"] <= 1.0
+        assert row["train_seconds"] > 0
+    assert rows[0]["loss_last10"] != rows[2]["loss_last10"]  # a worked target is another text
+    assert "UT accuracy" in capsys.readouterr().out
+    assert _diff(before, _tree(paths.root)) == []
+    with pytest.raises(BadValue):
+        main(["--run", str(paths.root), "--steps", "0,x"])

@@ -1,0 +1,132 @@
+"""How long the coding judge's warm-start should be, and in which form, chosen on the DEV judge benchmark:
+the judge is warm-started from a run's initial weights exactly as `bootstrap` does it (same pairs, seed,
+trainable subset, dtype, lr and batch), once per test form (plain, or worked: `coding.judge_work`), with a
+checkpoint at each of `--steps`; each checkpoint writes U tests per dev benchmark problem, scored on the
+problem's fixed program pool (UT accuracy, detect rate, parse rate). Held-out problems are never read.
+
+    rla bench judge-warmstart --run RUN [--steps 40,80,160] [--form worked --form plain]
+        [--set KEY=VALUE ...] [--out FILE]
+
+RUN: a coding run folder with its seed stage and initial models (e.g. `rla run --config configs/coding.yaml
+--config configs/smol_coding.yaml --set run.iterations=0`) and a dev split (eval.dev_file). Its config is
+read from the folder; --set changes it for this bench only (e.g. bootstrap.lr=3e-4).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import random
+import shutil
+import time
+from pathlib import Path
+
+FORMS = ("plain", "worked")
+
+
+def _steps(text: str) -> list[int]:
+    from rla_core.errors import BadValue
+
+    try:
+        steps = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise BadValue(f"--steps {text!r}: comma-separated step counts, e.g. 40,80,160") from None
+    if not steps or steps[0] <= 0:
+        raise BadValue(f"--steps {text!r}: positive step counts")
+    return steps
+
+
+def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str], work: Path) -> list[dict]:
+    """Warm-start the judge in `form` to max(steps), saving a checkpoint at each of `steps`, then score every
+    checkpoint on the run's dev judge benchmark. One row per checkpoint."""
+    from rla_core.config import load_config
+    from rla_core.envs.coding.bootstrap import judge_pairs
+    from rla_core.errors import MissingFile
+    from rla_core.models.factory import save_pretrained
+    from rla_core.models.precision import autocast
+    from rla_core.training import trainable as trainable_weights
+    from rla_core.training.sft import supervised_finetune
+    from tasks.common import load_model
+    from tasks.paths import RunPaths
+    from tasks.settings.base import tokenize_pairs
+    from tasks.settings.coding import demo_problems, score_benchmark
+
+    paths = RunPaths.of(run_dir)
+    cfg = load_config([run_dir / "config.yaml"], overrides + [f"coding.judge_work={form == 'worked'}"])
+    if not paths.coding_benchmark_dev.is_file():
+        raise MissingFile(f"{paths.coding_benchmark_dev} is missing: the run needs a dev split (eval.dev_file) "
+                          "and its seed stage")
+    if not (paths.init_models / "judge").is_dir():
+        raise MissingFile(f"{paths.init_models / 'judge'} is missing: run the run's init stage first")
+    boot = cfg.bootstrap
+    demos = demo_problems(cfg, paths, boot.demos, "demos")
+    pairs = judge_pairs(demos, cfg.coding.demo_tests, random.Random(f"{cfg.run.seed}/judge-demos"),
+                        worked=cfg.coding.judge_work)
+    model, tokenizer = load_model(paths.init_models / "judge", cfg.models.torch_device())
+    model.train()
+    trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed)
+    losses: dict[int, float] = {}
+    train_seconds: dict[int, float] = {}
+    clock = {"start": time.perf_counter(), "saving": 0.0}
+
+    def checkpoint(step: int, loss: float) -> None:
+        losses[step] = loss
+        if step in steps:
+            began = time.perf_counter()
+            train_seconds[step] = began - clock["start"] - clock["saving"]  # the saves are not training
+            # a copy: merging LoRA adapters into the weights would end their training
+            save_pretrained(trainable_weights.merge(copy.deepcopy(model)), tokenizer, work / form / f"step{step}")
+            clock["saving"] += time.perf_counter() - began
+
+    with autocast(cfg.models.compute_dtype("judge"), cfg.models.torch_device()):
+        supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=max(steps), batch_size=boot.batch_size,
+                            lr=boot.lr, seed=cfg.run.seed, desc=f"judge warm start ({form})", on_step=checkpoint)
+    del model
+    rows = []
+    for step in steps:
+        folder = work / form / f"step{step}"
+        began = time.perf_counter()
+        scores = score_benchmark(paths, cfg, folder, paths.coding_benchmark_dev, folder / "dev_benchmark_tests.jsonl",
+                                 cfg.run.seed, f"dev judge benchmark ({form}, step {step})")
+        tail = [losses[s] for s in range(max(1, step - 9), step + 1)]
+        rows.append({"form": form, "steps": step, "loss_last10": sum(tail) / len(tail),
+                     "train_seconds": train_seconds[step], "score_seconds": time.perf_counter() - began,
+                     **{f"dev_bench_{k}": v for k, v in scores.items()}})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rla bench judge-warmstart", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", required=True, help="a coding run folder with seed, initial models and a dev split")
+    parser.add_argument("--steps", default="40,80,160", help="checkpoints (comma-separated; default 40,80,160)")
+    parser.add_argument("--form", action="append", choices=FORMS, default=None,
+                        help="test form, repeatable (default: both)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="change the run's config for this bench")
+    parser.add_argument("--keep", action="store_true", help="keep the checkpoints (538 MB each for SmolLM2)")
+    parser.add_argument("--out", default=None, help="JSON result (default bench/results/judge_warmstart.json)")
+    args = parser.parse_args(argv)
+
+    from rla_bench.common import machine, print_table, write_result
+    from rla_core.errors import MissingFile
+
+    run_dir = Path(args.run).resolve()
+    if not (run_dir / "config.yaml").is_file():
+        raise MissingFile(f"{run_dir}/config.yaml is missing: --run takes a run folder (e.g. runs/smol-coding)")
+    steps = _steps(args.steps)
+    work = run_dir / "bench_judge_warmstart"
+    rows = []
+    try:
+        for form in args.form or list(FORMS):
+            rows += warm_start(run_dir, form, steps, args.overrides, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print_table(f"judge warm start on the dev judge benchmark ({run_dir.name})",
+                ["form", "steps", "loss (last 10)", "UT accuracy", "detect rate", "parse rate", "train s"],
+                [[r["form"], r["steps"], r["loss_last10"], r.get("dev_bench_ut_accuracy", float("nan")),
+                  r.get("dev_bench_detect_rate", float("nan")), r.get("dev_bench_parse_rate", float("nan")),
+                  r["train_seconds"]] for r in rows])
+    write_result(args.out, Path("bench/results/judge_warmstart.json"),
+                 {"run": str(run_dir), "steps": steps, "overrides": args.overrides, "rows": rows,
+                  "machine": machine()})
+    return 0
