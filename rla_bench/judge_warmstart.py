@@ -39,16 +39,12 @@ def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str],
     """Warm-start the judge in `form` to max(steps), saving a checkpoint at each of `steps`, then score every
     checkpoint on the run's dev judge benchmark. One row per checkpoint."""
     from rla_core.config import load_config
-    from rla_core.envs.coding.bootstrap import judge_pairs
     from rla_core.errors import MissingFile
     from rla_core.models.factory import save_pretrained
-    from rla_core.models.precision import autocast
     from rla_core.training import trainable as trainable_weights
-    from rla_core.training.sft import supervised_finetune
-    from tasks.common import load_model
     from tasks.paths import RunPaths
-    from tasks.settings.base import tokenize_pairs
-    from tasks.settings.coding import demo_problems, score_benchmark
+    from tasks.settings.base import warm_start_role
+    from tasks.settings.coding import demo_problems, judge_demonstrations, score_benchmark
 
     paths = RunPaths.of(run_dir)
     cfg = load_config([run_dir / "config.yaml"], overrides + [f"coding.judge_work={form == 'worked'}"])
@@ -57,18 +53,12 @@ def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str],
                           "and its seed stage")
     if not (paths.init_models / "judge").is_dir():
         raise MissingFile(f"{paths.init_models / 'judge'} is missing: run the run's init stage first")
-    boot = cfg.bootstrap
-    demos = demo_problems(cfg, paths, boot.demos, "demos")
-    pairs = judge_pairs(demos, cfg.coding.demo_tests, random.Random(f"{cfg.run.seed}/judge-demos"),
-                        worked=cfg.coding.judge_work)
-    model, tokenizer = load_model(paths.init_models / "judge", cfg.models.torch_device())
-    model.train()
-    trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed)
+    pairs = judge_demonstrations(cfg, demo_problems(cfg, paths, cfg.bootstrap.demos, "demos"))
     losses: dict[int, float] = {}
     train_seconds: dict[int, float] = {}
     clock = {"start": time.perf_counter(), "saving": 0.0}
 
-    def checkpoint(step: int, loss: float) -> None:
+    def checkpoint(step: int, loss: float, model, tokenizer) -> None:
         losses[step] = loss
         if step in steps:
             began = time.perf_counter()
@@ -77,10 +67,7 @@ def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str],
             save_pretrained(trainable_weights.merge(copy.deepcopy(model)), tokenizer, work / form / f"step{step}")
             clock["saving"] += time.perf_counter() - began
 
-    with autocast(cfg.models.compute_dtype("judge"), cfg.models.torch_device()):
-        supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=max(steps), batch_size=boot.batch_size,
-                            lr=boot.lr, seed=cfg.run.seed, desc=f"judge warm start ({form})", on_step=checkpoint)
-    del model
+    warm_start_role(paths, cfg, "judge", pairs, max(steps), cfg.bootstrap.lr, on_step=checkpoint)  # model dropped
     rows = []
     for step in steps:
         folder = work / form / f"step{step}"

@@ -10,11 +10,15 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rla_core.config import Config
 from rla_core.models.chat import encode_pairs
 from rla_core.models.factory import build_or_load, save_pretrained
+from rla_core.models.precision import autocast
+from rla_core.training import trainable as trainable_weights
+from rla_core.training.sft import supervised_finetune
+from tasks.common import load_model
 from tasks.paths import RunPaths
 from tasks.storage.files import write_json, write_text
 
@@ -129,6 +133,23 @@ def build_models(paths: RunPaths, cfg: Config, tokenizer) -> dict:
         summary[f"{role}_params"] = sum(p.numel() for p in model.parameters())
         summary[f"{role}_dtype"] = str(cfg.models.compute_dtype(role)).removeprefix("torch.")  # models.dtype
     return summary
+
+
+def warm_start_role(paths: RunPaths, cfg: Config, role: str, pairs: list[tuple[str, str]], steps: int, lr: float,
+                    on_step: Callable[[int, float, Any, Any], None] | None = None):
+    """Supervised warm-start of one role from models/init: its train.trainable subset, in its dtype, on
+    `pairs` for `steps` steps at `lr` (bootstrap's batch and seed). `on_step(step, loss, model, tokenizer)`
+    after each step (e.g. checkpoints). Returns (model, tokenizer, metrics); the caller saves the model
+    (merged: trainable.merge)."""
+    model, tokenizer = load_model(paths.init_models / role, cfg.models.torch_device())
+    model.train()
+    trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed)
+    with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):
+        metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
+                                      batch_size=cfg.bootstrap.batch_size, lr=lr, seed=cfg.run.seed,
+                                      desc=f"bootstrap {role}",
+                                      on_step=on_step and (lambda step, loss: on_step(step, loss, model, tokenizer)))
+    return model, tokenizer, metrics
 
 
 def warm_starts_environment(cfg: Config) -> bool:

@@ -32,17 +32,15 @@ from rla_core.envs.coding.rollout import with_outcomes, write_programs, write_te
 from rla_core.envs.coding.sandbox import Limits, Sandbox
 from rla_core.config import Config
 from rla_core.models.factory import save_pretrained
-from rla_core.models.precision import autocast
 from rla_core.models.tokenizer import train_tokenizer
 from rla_core.rollout.base import SamplingParams
 from rla_core.schemas import ProgramRun, Step, Task, Trajectory, UnitTest
 from rla_core.training import trainable as trainable_weights
-from rla_core.training.sft import supervised_finetune
-from tasks.common import load_model, progress_bar, stage_seed
+from tasks.common import progress_bar, stage_seed
 from tasks.stages.engines import engine_for
 from tasks.paths import RunPaths
 from tasks.storage.files import read_json, read_records, write_json, write_records
-from tasks.settings.base import (Setting, build_models, reserved_content, save_adapted, tokenize_pairs,
+from tasks.settings.base import (Setting, build_models, reserved_content, save_adapted, warm_start_role,
                                  warm_starts_environment)
 from tasks.stages.training import write_batches
 
@@ -103,6 +101,13 @@ def demo_problems(cfg: Config, paths: RunPaths, count: int, stream: str) -> list
 
 
 # ---------------------------------------------------------------- the iteration
+def judge_demonstrations(cfg: Config, demos: list[Task]) -> list[tuple[str, str]]:
+    """The judge's warm-start pairs: coding.demo_tests correct tests per demonstration problem (worked
+    with coding.judge_work)."""
+    return judge_pairs(demos, cfg.coding.demo_tests, random.Random(f"{cfg.run.seed}/judge-demos"),
+                       worked=cfg.coding.judge_work)
+
+
 def programs_for(paths: RunPaths, cfg: Config, tasks: list[Task], model_dir: Path, n: int, temperature: float,
                  seed_value: int, desc: str) -> tuple[list[Trajectory], list[ProgramRun]]:
     """n programs per task from the policy in `model_dir`, run on the GT tests."""
@@ -219,9 +224,7 @@ class CodingSetting(Setting):
         boot = cfg.bootstrap
         demos = demo_problems(cfg, paths, boot.demos, "demos")
         jobs = {"policy": (policy_pairs(demos), boot.policy_steps, boot.lr),
-                "judge": (judge_pairs(demos, cfg.coding.demo_tests, random.Random(f"{cfg.run.seed}/judge-demos"),
-                                      worked=cfg.coding.judge_work),
-                          boot.judge_steps, boot.lr)}
+                "judge": (judge_demonstrations(cfg, demos), boot.judge_steps, boot.lr)}
         if warm_starts_environment(cfg):
             jobs["environment"] = (rewrite_pairs_coding(CODING, demos, random.Random(f"{cfg.run.seed}/env-demos"),
                                                         with_feedback=True),
@@ -229,13 +232,7 @@ class CodingSetting(Setting):
         summary: dict[str, float] = {}
         for role, (pairs, steps, lr) in jobs.items():
             start = time.perf_counter()
-            model, tokenizer = load_model(paths.init_models / role, cfg.models.torch_device())
-            model.train()
-            trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed)
-            with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):
-                metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
-                                              batch_size=boot.batch_size, lr=lr, seed=cfg.run.seed,
-                                              desc=f"bootstrap {role}")
+            model, tokenizer, metrics = warm_start_role(paths, cfg, role, pairs, steps, lr)
             save_pretrained(trainable_weights.merge(model), tokenizer, paths.bootstrap / role)
             summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
             summary[f"bootstrap/{role}_pairs"] = float(len(pairs))

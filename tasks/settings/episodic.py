@@ -44,7 +44,7 @@ from tasks.common import load_model, progress_bar, stage_seed
 from tasks.stages.engines import engine_for, judge_all, rollout_tasks
 from tasks.paths import RunPaths
 from tasks.settings.base import (Setting, build_models, reserved_content, save_adapted, tokenize_pairs,
-                                 warm_starts_environment)
+                                 warm_start_role, warm_starts_environment)
 from tasks.storage.files import read_json, read_records, write_json, write_records
 from tasks.stages.training import write_batches
 
@@ -259,13 +259,7 @@ class EpisodicSetting(Setting):
                                           keep), random.Random(cfg.run.seed)), boot.judge_steps),
         }
         for role, (pairs, steps) in jobs.items():
-            model, tokenizer = load_model(paths.init_models / role, cfg.models.torch_device())
-            model.train()
-            trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed)
-            with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):
-                metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
-                                              batch_size=boot.batch_size, lr=boot.lr, seed=cfg.run.seed,
-                                              desc=f"bootstrap {role}")
+            model, tokenizer, metrics = warm_start_role(paths, cfg, role, pairs, steps, boot.lr)
             save_pretrained(trainable_weights.merge(model), tokenizer, paths.bootstrap / role)
             summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
         if warm_starts_environment(cfg):
