@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from rla_core.rollout import decode_attention as decode_attention_module
 from rla_core.rollout.base import Generation, SamplingParams, register_engine
 
 
@@ -24,9 +25,10 @@ class PreallocatedLayer(DynamicLayer):
     same order as the concatenated tensor, so ids and log-probs are unchanged to the last bit.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, store_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.capacity = capacity
+        self.store_dtype = store_dtype  # None: the model's dtype
         self.length = 0
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
@@ -39,8 +41,9 @@ class PreallocatedLayer(DynamicLayer):
         if self._keys is None:
             self.dtype, self.device = key_states.dtype, key_states.device
             batch, heads, _, dim = key_states.shape
-            self._keys = key_states.new_empty((batch, heads, self.capacity, dim))
-            self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]))
+            store = self.store_dtype or key_states.dtype
+            self._keys = key_states.new_empty((batch, heads, self.capacity, dim), dtype=store)
+            self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]), dtype=store)
             self.is_initialized = True
         start, self.length = self.length, end
         self._keys[:, :, start:end] = key_states
@@ -64,9 +67,9 @@ class PreallocatedLayer(DynamicLayer):
         self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
 
 
-def preallocated_cache(model: Any, capacity: int) -> Cache:
+def preallocated_cache(model: Any, capacity: int, store_dtype: torch.dtype | None = None) -> Cache:
     """A transformers cache with one `PreallocatedLayer` of `capacity` positions per decoder layer."""
-    return Cache(layers=[PreallocatedLayer(capacity) for _ in range(model.config.num_hidden_layers)])
+    return Cache(layers=[PreallocatedLayer(capacity, store_dtype) for _ in range(model.config.num_hidden_layers)])
 
 
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,6 +100,7 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator) -> torch.Tens
 
 
 SAMPLERS = ("inverse_cdf", "multinomial")
+DECODE_ATTENTION = ("model", "matmul")
 
 
 def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator, sampler: str = "inverse_cdf"
@@ -119,16 +123,32 @@ def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator, 
 
 @torch.no_grad()
 def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
-                 generator: torch.Generator, sampler: str = "inverse_cdf") -> list[tuple[list[int], list[float]]]:
+                 generator: torch.Generator, sampler: str = "inverse_cdf", decode_attention: str = "model"
+                 ) -> list[tuple[list[int], list[float]]]:
     """Decode up to max_new_tokens for params.n samples of every prompt; returns (ids, logprobs) per
     sample, grouped by prompt. The prompt is prefilled once and its KV cache repeated n times; the cache
-    is allocated once for prompt + max_new_tokens positions (`PreallocatedLayer`)."""
+    is allocated once for prompt + max_new_tokens positions (`PreallocatedLayer`).
+
+    decode_attention "model": every forward attends with the model's own attention function; "matmul":
+    the decode steps attend with rla_core/rollout/decode_attention.py over a float32 cache (the prefill is
+    unchanged)."""
+    if decode_attention not in DECODE_ATTENTION:
+        raise ValueError(f"unknown decode_attention {decode_attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
+    if decode_attention == "matmul" and decode_attention_module.supported(model):
+        with decode_attention_module.using(model):
+            return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, torch.float32)
+    return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, None)
+
+
+def _sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
+                  generator: torch.Generator, sampler: str, store_dtype: torch.dtype | None
+                  ) -> list[tuple[list[int], list[float]]]:
     device = next(model.parameters()).device
     ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     # Only the last position's logits are needed: skip the vocabulary projection of the whole prompt.
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    cache = preallocated_cache(model, ids.shape[1] + params.max_new_tokens)
+    cache = preallocated_cache(model, ids.shape[1] + params.max_new_tokens, store_dtype)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
                 **keep)
     cache, logits = out.past_key_values, out.logits[:, -1, :]
@@ -168,9 +188,13 @@ def _strip(tokens: torch.Tensor, logprobs: torch.Tensor, eos_id: int) -> list[tu
 class TransformersEngine:
     """Rollout engine over an in-memory transformers causal LM."""
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, sampler: str = "inverse_cdf") -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, sampler: str = "inverse_cdf",
+                 decode_attention: str = "model") -> None:
         if sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler {sampler!r}; valid: {', '.join(SAMPLERS)}")
+        if decode_attention not in DECODE_ATTENTION:
+            raise ValueError(f"unknown decode_attention {decode_attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
+        self.decode_attention = decode_attention
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -195,7 +219,7 @@ class TransformersEngine:
         for start in range(0, len(order), per_chunk):
             chunk = order[start:start + per_chunk]
             decoded = sample_batch(self.model, [prompts[i] for i in chunk], params, eos_id, pad_id, generator,
-                                   self.sampler)
+                                   self.sampler, self.decode_attention)
             for row, (ids, logprobs) in enumerate(decoded):
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 results[chunk[row // params.n]].append(Generation(token_ids=ids, text=text, logprobs=logprobs))
@@ -207,5 +231,6 @@ class TransformersEngine:
 
 @register_engine("transformers")
 def make_transformers_engine(model: Any, tokenizer: Any, batch_size: int = 64, sampler: str = "inverse_cdf",
-                             **_: Any) -> TransformersEngine:
-    return TransformersEngine(model, tokenizer, batch_size=batch_size, sampler=sampler)
+                             decode_attention: str = "model", **_: Any) -> TransformersEngine:
+    return TransformersEngine(model, tokenizer, batch_size=batch_size, sampler=sampler,
+                              decode_attention=decode_attention)

@@ -49,7 +49,9 @@ def engine_for(cfg: Config, run_root: Path, role: str, model_dir: Path, batch_si
     factory = get_engine(cfg.rollout.backend)
     if cfg.rollout.backend == "transformers":  # (vLLM has its own rollout.vllm.dtype)
         model = for_sampling(model, cfg.models.compute_dtype(role))
-        return factory(model, tokenizer, batch_size=batch_size, sampler=cfg.rollout.sampler), tokenizer
+        attention = cfg.rollout.decode_attention_for(getattr(cfg.models, role).path is not None)
+        return factory(model, tokenizer, batch_size=batch_size, sampler=cfg.rollout.sampler,
+                       decode_attention=attention), tokenizer
     key, live = _key(cfg, run_root, batch_size), _LIVE.get(role)
     if live is not None and live.key == key:
         if Path(model_dir).resolve() != live.model_dir:
