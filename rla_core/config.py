@@ -235,6 +235,11 @@ class TrainConfig(_Section):
                            description="weights an update trains (and the warm-start): all; last_layers:N (the last "
                            "N decoder blocks, final norm, output head); lora:R (rank-R adapters on every linear "
                            "layer of every block, merged into the weights when saved)")
+    stop_gradient: bool = Field(
+        True, description="trainable = last_layers:N: no gradient below the lowest trained block (its input is "
+        "detached), so the frozen blocks cost one forward pass; false = the gradient also runs down through the "
+        "frozen blocks into a tied input embedding, and the head's weight gets the input tokens' rows too. Runs "
+        "written before this key existed used false")
     minibatch_size: int = Field(256, gt=0, description="at most this many samples per optimizer step")
     optimizer_steps: int | None = Field(
         None, gt=0, description="exactly this many optimizer steps per update, the samples split evenly "
@@ -590,7 +595,7 @@ def _config_from_tree(tree: dict[str, Any], overrides: list[str] | None) -> Conf
 # Keys added after run folders were first written, with the value that every run written before them used.
 # A run's config.yaml holds every key (config_to_yaml), so a run config without such a key predates it.
 LEGACY_VALUES: dict[str, Any] = {"rollout.sampler": "multinomial", "rollout.candidates": "on_top",
-                                  "rollout.decode_attention": "model"}
+                                  "rollout.decode_attention": "model", "train.stop_gradient": False}
 
 
 def load_run_config(path: str | Path, overrides: list[str] | None = None) -> Config:

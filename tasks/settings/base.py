@@ -143,7 +143,7 @@ def warm_start_role(paths: RunPaths, cfg: Config, role: str, pairs: list[tuple[s
     (merged: trainable.merge)."""
     model, tokenizer = load_model(paths.init_models / role, cfg.models.torch_device())
     model.train()
-    trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed)
+    trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed, stop_gradient=cfg.train.stop_gradient)
     with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):
         metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
                                       batch_size=cfg.bootstrap.batch_size, lr=lr, seed=cfg.run.seed,

@@ -70,7 +70,8 @@ def _train_here(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: 
                 samples: list) -> dict[str, float]:
     start_dir = paths.model_dir(k, role)
     model, tokenizer = load_model(start_dir, cfg.models.torch_device())
-    counts = trainable.apply(model, cfg.train.trainable, seed=stage_seed(cfg, k, f"lora_{role}"))
+    counts = trainable.apply(model, cfg.train.trainable, seed=stage_seed(cfg, k, f"lora_{role}"),
+                             stop_gradient=cfg.train.stop_gradient)
     state = start_dir / "optimizer.pt"
     fresh = trainable.lora_rank(cfg.train.trainable) is not None  # new adapters: no moments to carry over
     trainer = get_trainer(cfg.train.backend)(model, cfg.train, lr, state if state.is_file() and not fresh else None)

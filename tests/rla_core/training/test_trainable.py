@@ -95,3 +95,66 @@ def test_lora_rank_is_checked_by_the_config():
     assert load_config(None, ["train.trainable=lora:8"]).train.trainable == "lora:8"
     with pytest.raises(ConfigError):
         load_config(None, ["train.trainable=lora:0"])
+
+
+def _layer_outputs_requiring_grad(model, ids):
+    seen = []
+    hooks = [layer.register_forward_hook(lambda mod, inp, out: seen.append(
+        (out[0] if isinstance(out, tuple) else out).requires_grad)) for layer in trainable.decoder_layers(model)]
+    model(input_ids=ids)
+    for hook in hooks:
+        hook.remove()
+    return seen
+
+
+def _trained_grads(model, ids):
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=ids).logits
+    torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]).backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def test_the_gradient_stops_at_the_lowest_trained_block_even_with_a_tied_head():
+    """SmolLM2 ties its head to the input embedding: freezing the lower blocks alone left the graph
+    running through all of them into the embedding lookup. With stop_gradient the frozen blocks' outputs
+    need no grad; without it (runs written before train.stop_gradient) every block's output is in the
+    graph. The trained weights get the same gradient either way except the tied head's rows of the input
+    tokens, which the old graph also fed through the embedding lookup."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    ids = torch.tensor([[3, 17, 5, 42, 9, 17, 30]])
+    stopped, legacy = LlamaForCausalLM(config), LlamaForCausalLM(config)
+    legacy.load_state_dict(stopped.state_dict())
+    assert stopped.get_output_embeddings().weight is stopped.get_input_embeddings().weight  # tied
+    trainable.apply(stopped, "last_layers:1")
+    trainable.apply(stopped, "last_layers:1")  # applied twice: still one hook
+    trainable.apply(legacy, "last_layers:1", stop_gradient=False)
+    assert _layer_outputs_requiring_grad(stopped, ids) == [False, False, False, True]
+    assert _layer_outputs_requiring_grad(legacy, ids) == [True, True, True, True]
+    grads, with_inputs = _trained_grads(stopped, ids), _trained_grads(legacy, ids)
+    assert grads.keys() == with_inputs.keys()
+    head = next(name for name, p in stopped.named_parameters() if p is stopped.get_output_embeddings().weight)
+    for name, grad in with_inputs.items():  # the top block and the norm: the same gradient either way
+        if name != head:
+            torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7)
+    # the tied weight: the same in the rows of tokens that are not inputs, other in the input tokens' rows
+    inputs = torch.zeros(config.vocab_size, dtype=torch.bool)
+    inputs[torch.unique(ids[0, :-1])] = True  # the last token's position predicts nothing in the loss
+    torch.testing.assert_close(with_inputs[head][~inputs], grads[head][~inputs], rtol=1e-5, atol=1e-7)
+    assert (with_inputs[head][inputs] - grads[head][inputs]).abs().amax(dim=-1).gt(0).all()
+    assert len(stopped.get_input_embeddings()._forward_hooks) == 1
+
+
+def test_a_run_written_before_stop_gradient_keeps_the_old_gradient(tmp_path):
+    import yaml
+
+    from rla_core.config import config_to_yaml, load_run_config
+
+    assert load_config().train.stop_gradient is True
+    written = yaml.safe_load(config_to_yaml(load_config()))
+    del written["train"]["stop_gradient"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(written))
+    assert load_run_config(tmp_path / "config.yaml").train.stop_gradient is False
