@@ -42,15 +42,31 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def matmul_peak(repeats: int = 5) -> dict[str, float]:
-    """fp32 matmul GFLOP/s on this machine: a large square GEMM (the limit) and the tiny models' shape
-    (every row of a rollout batch times a [d, 4d] weight). FLOPs counted as 2·M·K·N per product."""
+def matmul_peak(repeats: int = 5, bf16: bool = False) -> dict[str, float]:
+    """Matmul GFLOP/s on this machine: a large square GEMM (the limit) and the tiny models' shape (every
+    row of a rollout batch times a [d, 4d] weight) in float32; with `bf16`, the large GEMM in bfloat16 too
+    (`large_gemm_2048_bf16`: the limit of a model that samples in bfloat16). FLOPs counted as 2·M·K·N per
+    product."""
+    shapes = {"large_gemm_2048": (2048, 2048, 2048, torch.float32),
+              "tiny_model_38400x96x256": (38400, 96, 256, torch.float32)}
+    if bf16:
+        shapes["large_gemm_2048_bf16"] = (2048, 2048, 2048, torch.bfloat16)
     result = {}
-    for name, (m, k, n) in {"large_gemm_2048": (2048, 2048, 2048), "tiny_model_38400x96x256": (38400, 96, 256)}.items():
-        a, b = torch.randn(m, k), torch.randn(k, n)
+    for name, (m, k, n, dtype) in shapes.items():
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
         times = seconds(lambda: a @ b, repeats, warmup=2)
         result[name] = 2 * m * k * n / min(times) / 1e9
     return result
+
+
+def counted_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of the matmuls, convolutions and attention kernels that one call of fn executes (torch's
+    FlopCounterMode); the call is not timed."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
 
 
 def require_run(run_dir: str | Path) -> Path:
@@ -63,15 +79,33 @@ def require_run(run_dir: str | Path) -> Path:
     return root.resolve()
 
 
-def load_role(run_dir: Path, role: str = "policy") -> tuple[Any, Any]:
+def load_role(run_dir: Path, role: str = "policy", sampling: bool = False) -> tuple[Any, Any]:
+    """The run's warm-started `role` and its tokenizer; with `sampling`, cast to the dtype the run samples
+    in (`models.dtype`: bfloat16 for a pretrained model on a CPU with native bfloat16)."""
+    from rla_core.models.precision import for_sampling
     from tasks.common import load_model
+    from tasks.paths import run_config
 
-    return load_model(run_dir / "models" / "bootstrap" / role)
+    model, tokenizer = load_model(run_dir / "models" / "bootstrap" / role)
+    if sampling:
+        model = for_sampling(model, run_config(run_dir).models.compute_dtype(role))
+    return model, tokenizer
 
 
-def policy_prompts(run_dir: Path, count: int, tokenizer: Any) -> tuple[list[list[int]], list[str], list[list[str]]]:
+def decode_attention(run_dir: Path, role: str = "policy") -> str:
+    """The engine's `rollout.decode_attention` for `role` in this run (auto resolved)."""
+    from tasks.paths import run_config
+
+    cfg = run_config(run_dir)
+    return cfg.rollout.decode_attention_for(getattr(cfg.models, role).path is not None)
+
+
+def policy_prompts(run_dir: Path, count: int, tokenizer: Any, coding: bool = False
+                   ) -> tuple[list[list[int]], list[str], list[list[str]]]:
     """(ids, texts, admissible commands) of the turn-0 policy prompts of the run's first `count` seed tasks, built exactly as a rollout builds them
-    (the environment's own first observation and admissible commands); cycled when there are fewer tasks."""
+    (the environment's own first observation and admissible commands); cycled when there are fewer tasks.
+    With `coding`, a coding run is accepted too: its prompts are the policy's program prompts, built and
+    encoded as its rollout does, and it has no commands (empty lists)."""
     from rla_core.adaptation.store import TaskStore
     from rla_core.envs.base import get_environment
     from rla_core.models.chat import encode_prompts
@@ -82,13 +116,19 @@ def policy_prompts(run_dir: Path, count: int, tokenizer: Any) -> tuple[list[list
 
     cfg = run_config(run_dir)
     bind_environment(cfg, run_dir)
-    if not setting_for(cfg).episodic:
+    episodic = setting_for(cfg).episodic
+    if not episodic and not (coding and cfg.environment.name == "coding"):
         raise BadValue("the bench uses a game run's policy prompts (e.g. runs/quickstart); "
                        f"{run_dir} is a {cfg.environment.name} run")
-    family = get_environment(cfg.environment.name)
     tasks = TaskStore.load(RunPaths.of(run_dir).seed_store).active_tasks()
     if not tasks:
         raise BadValue(f"{run_dir} has no seed tasks")
+    if not episodic:
+        from rla_core.envs.coding.prompts import policy_prompt as program_prompt
+
+        texts = [program_prompt(tasks[index % len(tasks)].spec) for index in range(count)]
+        return encode_prompts(tokenizer, texts, add_special_tokens=False), texts, [[] for _ in texts]
+    family = get_environment(cfg.environment.name)
     texts, commands = [], []
     for index in range(count):
         episode = family.make(tasks[index % len(tasks)].spec)

@@ -7,6 +7,13 @@ same work and their token rates compare directly. Sampling is plain: temperature
 - generated tokens/s = sequences × max_new_tokens / wall seconds of the whole call;
 - prefill tokens/s = Σ prompt tokens over all sequences / wall seconds of a call that decodes 1 token
   (the engine prefills a prompt once for its n samples; `generate` expands the prompt n times first).
+- prefill GFLOP/s = the FLOPs torch counts in one such 1-token call of our engine (its matmuls and
+  attention; counted once, untimed) / its median seconds, against the fp32 and bf16 peaks of a 2048²
+  GEMM measured in the same run.
+
+The model samples as the run's rollouts do: in the run's dtype (`models.dtype`; bfloat16 for SmolLM2 on a
+CPU with native bfloat16) with the run's `rollout.decode_attention`. A game run's turn-0 prompts or a
+coding run's program prompts.
 """
 from __future__ import annotations
 
@@ -16,8 +23,8 @@ from typing import Any
 
 import torch
 
-from rla_bench.common import load_role, machine, median, policy_prompts, print_table, require_run, seconds, \
-    torch_threads, write_result
+from rla_bench.common import counted_flops, decode_attention, load_role, machine, matmul_peak, median, \
+    policy_prompts, print_table, require_run, seconds, torch_threads, write_result
 from rla_core.rollout.base import SamplingParams
 from rla_core.rollout.hf_engine import TransformersEngine, left_pad
 
@@ -40,8 +47,10 @@ class _NoEosTokenizer:
         return self.inner.decode(ids, **kwargs)
 
 
-def ours(model: Any, tokenizer: Any, prompts: list[list[int]], n: int, new_tokens: int) -> list:
-    engine = TransformersEngine(model, _NoEosTokenizer(tokenizer), batch_size=len(prompts) * n)
+def ours(model: Any, tokenizer: Any, prompts: list[list[int]], n: int, new_tokens: int, attention: str = "model"
+         ) -> list:
+    engine = TransformersEngine(model, _NoEosTokenizer(tokenizer), batch_size=len(prompts) * n,
+                                decode_attention=attention)
     return engine.generate(prompts, SamplingParams(new_tokens, 1.0, seed=0, n=n))
 
 
@@ -59,15 +68,23 @@ def run(run_dir: str, prompts: int = 32, ns: tuple[int, ...] = (1, 8), new_token
         threads: int | None = None, out: str | None = None) -> dict:
     root = require_run(run_dir)
     torch_threads(threads)
-    model, tokenizer = load_role(root)
-    prompt_ids, _, _ = policy_prompts(root, prompts, tokenizer)
+    model, tokenizer = load_role(root, sampling=True)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    attention = decode_attention(root)
+    prompt_ids, _, _ = policy_prompts(root, prompts, tokenizer, coding=True)
     lengths = [len(p) for p in prompt_ids]
     print(f"{len(prompt_ids)} real policy prompts of {min(lengths)}-{max(lengths)} tokens "
-          f"(mean {sum(lengths) / len(lengths):.0f}); {torch.get_num_threads()} threads; median of {repeats}")
-    check = ours(model, tokenizer, prompt_ids[:2], 2, new_tokens)
+          f"(mean {sum(lengths) / len(lengths):.0f}); {dtype}, decode attention {attention}; "
+          f"{torch.get_num_threads()} threads; median of {repeats}")
+    check = ours(model, tokenizer, prompt_ids[:2], 2, new_tokens, attention)
     if any(len(g.token_ids) != new_tokens for g in check):
         raise RuntimeError("fixed-length decoding failed: the engine stopped early")
-    backends = {"ours (transformers engine)": ours, "model.generate": plain_generate}
+    peak = matmul_peak(bf16=True)
+
+    def our_engine(model: Any, tokenizer: Any, prompts: list[list[int]], n: int, new_tokens: int) -> list:
+        return ours(model, tokenizer, prompts, n, new_tokens, attention)
+
+    backends = {"ours (transformers engine)": our_engine, "model.generate": plain_generate}
     vllm_note = _vllm_note()
     rows, results = [], []
     for n in ns:
@@ -80,16 +97,26 @@ def run(run_dir: str, prompts: int = 32, ns: tuple[int, ...] = (1, 8), new_token
             measured[name] = {"seconds": median(decode), "generated_tokens_per_s": sequences * new_tokens / median(decode),
                               "prefill_seconds": median(prefill), "prefill_tokens_per_s": prompt_tokens / median(prefill),
                               "all_seconds": decode, "all_prefill_seconds": prefill}
+        ours_row = measured["ours (transformers engine)"]
+        ours_row["prefill_flops"] = counted_flops(lambda: our_engine(model, tokenizer, prompt_ids, n, 1))
+        ours_row["prefill_gflops_per_s"] = ours_row["prefill_flops"] / ours_row["prefill_seconds"] / 1e9
+        ours_row["prefill_of_fp32_peak"] = ours_row["prefill_gflops_per_s"] / peak["large_gemm_2048"]
+        ours_row["prefill_of_bf16_peak"] = ours_row["prefill_gflops_per_s"] / peak["large_gemm_2048_bf16"]
         base = measured["model.generate"]["generated_tokens_per_s"]
         for name, m in measured.items():
             m["speedup_vs_generate"] = m["generated_tokens_per_s"] / base
+            of_peak = (f"{m['prefill_gflops_per_s']:.0f} ({100 * m['prefill_of_bf16_peak']:.0f} % bf16, "
+                       f"{100 * m['prefill_of_fp32_peak']:.0f} % fp32)" if "prefill_flops" in m else "-")
             rows.append([n, name, sequences, m["seconds"], m["generated_tokens_per_s"], m["prefill_tokens_per_s"],
-                         f"{m['speedup_vs_generate']:.2f}×"])
-        rows.append([n, "vLLM", sequences, "-", "-", "-", vllm_note])
+                         of_peak, f"{m['speedup_vs_generate']:.2f}×"])
+        rows.append([n, "vLLM", sequences, "-", "-", "-", "-", vllm_note])
         results.append({"n": n, "sequences": sequences, "backends": measured})
-    print_table(f"engine: {len(prompt_ids)} prompts × n, {new_tokens} new tokens each (EOS suppressed in both)",
-                ["n", "backend", "sequences", "median s", "generated tok/s", "prefill tok/s", "vs generate"], rows)
+    print_table(f"engine: {len(prompt_ids)} prompts × n, {new_tokens} new tokens each (EOS suppressed in both); "
+                f"matmul peak {peak['large_gemm_2048_bf16']:.0f} GFLOP/s bf16, {peak['large_gemm_2048']:.0f} fp32",
+                ["n", "backend", "sequences", "median s", "generated tok/s", "prefill tok/s", "prefill GFLOP/s (of peak)",
+                 "vs generate"], rows)
     result = {"part": "engine", "run": str(root), "machine": machine(), "prompts": len(prompt_ids),
+              "dtype": dtype, "decode_attention": attention, "matmul_peak_gflops": peak,
               "prompt_tokens": {"min": min(lengths), "max": max(lengths), "mean": sum(lengths) / len(lengths)},
               "new_tokens": new_tokens, "repeats": repeats, "results": results, "vllm": vllm_note}
     write_result(out, Path("bench/results/engine.json"), result)

@@ -11,6 +11,13 @@ on both sides, which are fp32 unless a row says otherwise.
 - TRL: GRPOTrainer with per_device_train_batch_size = P·n, num_generations = n, max_completion_length = T,
   one optimizer step per generation batch; the time of a step is on_step_begin → on_step_end.
 TRL is the `bench` extra (`pip install -e '.[bench]'`); without it the TRL rows say so.
+
+Both sides train the run's `train.trainable` subset (with its `train.stop_gradient`) in the run's dtype
+(`models.dtype`): for SmolLM2 on a CPU with native bfloat16, the last 6 blocks under bf16 autocast with
+float32 master weights. Ours then samples from a bfloat16 copy of the weights made at every step (as a
+rollout samples from the checkpoint loaded in bfloat16); TRL samples from the model it trains, under
+its autocast. The TRL row the ratio is taken against runs in the run's dtype without gradient
+checkpointing.
 """
 from __future__ import annotations
 
@@ -23,8 +30,8 @@ from typing import Any
 
 import torch
 
-from rla_bench.common import load_role, machine, median, policy_prompts, print_table, require_run, torch_threads, \
-    write_result
+from rla_bench.common import decode_attention, load_role, machine, median, policy_prompts, print_table, require_run, \
+    torch_threads, write_result
 from rla_core.config import TrainConfig
 from rla_core.rollout.base import SamplingParams
 from rla_core.rollout.hf_engine import TransformersEngine
@@ -47,15 +54,21 @@ def group_advantages(rewards: list[float], n: int) -> list[float]:
 
 
 def our_steps(model: Any, tokenizer: Any, prompt_ids: list[list[int]], commands: list[list[str]], n: int,
-              new_tokens: int, steps: int, train: TrainConfig) -> list[dict]:
+              new_tokens: int, steps: int, train: TrainConfig, dtype: torch.dtype = torch.float32,
+              attention: str = "model") -> list[dict]:
+    from rla_core.models.precision import autocast, for_sampling
+    from rla_core.training import trainable
+
     reference = copy.deepcopy(model).eval()
     cfg = train.model_copy(update={"optimizer_steps": 1, "micro_batch_size": len(prompt_ids) * n,
                                    "max_optimizer_steps": None, "reference": "initial", "old_logprobs": "rollout"})
+    trainable.apply(model, cfg.trainable, stop_gradient=cfg.stop_gradient)
     trainer = TorchTrainer(model, cfg, cfg.lr)
-    engine = TransformersEngine(model, tokenizer, batch_size=len(prompt_ids) * n)
     timings = []
     for step in range(steps):
         start = time.perf_counter()
+        sampler = model if dtype == torch.float32 else for_sampling(copy.deepcopy(model), dtype)
+        engine = TransformersEngine(sampler, tokenizer, batch_size=len(prompt_ids) * n, decode_attention=attention)
         generations = engine.generate(prompt_ids, SamplingParams(new_tokens, 1.0, seed=step, n=n))
         generated = time.perf_counter()
         rewards = [reward(g.text, commands[i // n]) for i, g in enumerate(generations)]
@@ -65,7 +78,8 @@ def our_steps(model: Any, tokenizer: Any, prompt_ids: list[list[int]], commands:
                                   old_logprobs=g.logprobs)
                    for i, (g, a) in enumerate(zip(generations, advantages))]
         scored = time.perf_counter()
-        metrics = trainer.train(samples, reference, rng_seed=step)
+        with autocast(dtype):
+            metrics = trainer.train(samples, reference, rng_seed=step)
         end = time.perf_counter()
         timings.append({"seconds": end - start, "generate": generated - start, "score": scored - generated,
                         "update": end - scored, "reward_mean": statistics.fmean(rewards),
@@ -75,7 +89,9 @@ def our_steps(model: Any, tokenizer: Any, prompt_ids: list[list[int]], commands:
 
 def trl_steps(model: Any, tokenizer: Any, texts: list[str], commands: list[list[str]], n: int, new_tokens: int,
               steps: int, variant: str, train: TrainConfig) -> list[dict]:
-    """`steps` GRPOTrainer steps; variant fp32 | fp32_gc (its default gradient checkpointing) | defaults."""
+    """`steps` GRPOTrainer steps on the run's trainable subset; variant fp32 | bf16 (autocast), each with
+    `_gc` for its default gradient checkpointing | defaults."""
+    from rla_core.training import trainable
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -102,10 +118,11 @@ def trl_steps(model: Any, tokenizer: Any, texts: list[str], commands: list[list[
         weight_decay=train.weight_decay, temperature=1.0, top_k=0, top_p=1.0,
         logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, dataloader_num_workers=0, seed=0,
         disable_tqdm=True)
-    if variant == "fp32":
-        options.update(bf16=False, fp16=False, gradient_checkpointing=False)
-    elif variant == "fp32_gc":
-        options.update(bf16=False, fp16=False)
+    if variant != "defaults":
+        options.update(bf16=variant.startswith("bf16"), fp16=False)
+        if not variant.endswith("_gc"):
+            options.update(gradient_checkpointing=False)
+    trainable.apply(model, train.trainable, stop_gradient=train.stop_gradient)
     with tempfile.TemporaryDirectory() as tmp:
         timer = Timer()
         trainer = GRPOTrainer(model=model, reward_funcs=trl_reward, args=GRPOConfig(output_dir=tmp, **options),
@@ -122,37 +139,40 @@ def run(run_dir: str, prompts: int = 32, n: int = 8, new_tokens: int = 6, steps:
     torch_threads(threads)
     from tasks.paths import run_config
 
-    train = run_config(root).train
+    cfg = run_config(root)
+    train, dtype = cfg.train, cfg.models.compute_dtype("policy")
+    kind = "bf16" if dtype == torch.bfloat16 else "fp32"
     _, tokenizer = load_role(root)
     prompt_ids, texts, commands = policy_prompts(root, prompts, tokenizer)
     print(f"{len(prompt_ids)} prompts × {n} completions of ≤ {new_tokens} tokens, one update on all "
-          f"{len(prompt_ids) * n}; {torch.get_num_threads()} threads; median of steps 2..{steps} (step 1 warms up)")
+          f"{len(prompt_ids) * n}; trainable {train.trainable}, {kind}; {torch.get_num_threads()} threads; "
+          f"median of steps 2..{steps} (step 1 warms up)")
     measured: dict[str, dict] = {}
     measured["ours"] = _summary(our_steps(load_role(root)[0], tokenizer, prompt_ids, commands, n, new_tokens, steps,
-                                                train))
+                                          train, dtype, decode_attention(root)))
     try:
         import trl
         version = trl.__version__
     except ImportError:
         version = None
-    variants = [("fp32", steps), ("fp32_gc", steps)] + ([("defaults", default_steps)] if trl_defaults else [])
+    variants = [(kind, steps), (f"{kind}_gc", steps)] + ([("defaults", default_steps)] if trl_defaults else [])
     for variant, count in variants if version else []:
         model = load_role(root)[0].train()
         measured[f"trl_{variant}"] = _summary(trl_steps(model, tokenizer, texts, commands, n, new_tokens, count, variant,
                                                               train))
-    base = measured.get("trl_fp32", {}).get("median_seconds")
+    base = measured.get(f"trl_{kind}", {}).get("median_seconds")
     labels = {"ours": "this project: transformers engine + torch trainer",
-              "trl_fp32": f"TRL {version} GRPOTrainer, fp32, no gradient checkpointing",
-              "trl_fp32_gc": f"TRL {version} GRPOTrainer, fp32, its default gradient checkpointing",
+              f"trl_{kind}": f"TRL {version} GRPOTrainer, {kind}, no gradient checkpointing",
+              f"trl_{kind}_gc": f"TRL {version} GRPOTrainer, {kind}, its default gradient checkpointing",
               "trl_defaults": f"TRL {version} GRPOTrainer, its CPU defaults"}
     rows = [[labels[k], m["median_seconds"], m["timed_steps"], f"{m['median_seconds'] / base:.2f}×" if base else "-"]
             for k, m in measured.items()]
     if version is None:
         rows.append(["TRL", "-", 0, "not installed: pip install -e '.[bench]'"])
-    print_table("step: generate + score + update", ["step", "median s", "steps timed", "vs TRL fp32"], rows)
+    print_table("step: generate + score + update", ["step", "median s", "steps timed", f"vs TRL {kind}"], rows)
     result = {"part": "step", "run": str(root), "machine": machine(), "prompts": len(prompt_ids), "n": n,
-              "new_tokens": new_tokens, "trl_version": version, "results": measured,
-              "ours_over_trl_fp32": measured["ours"]["median_seconds"] / base if base else None}
+              "new_tokens": new_tokens, "trl_version": version, "trainable": train.trainable, "dtype": kind,
+              "results": measured, f"ours_over_trl_{kind}": measured["ours"]["median_seconds"] / base if base else None}
     write_result(out, Path("bench/results/step.json"), result)
     return result
 

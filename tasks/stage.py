@@ -1,7 +1,7 @@
 """One way to declare a stage: `@stage(...)` on its body.
 
 A stage has one name, its function's: the same string names its folder, its Prefect task and its
-timer metric (`time/<name>_s`). Its retries and timeout are in the declaration. Calling the declared
+timer metric (`time/<name>_s`) and its peak-memory metric (`memory/<name>_peak_rss_gib`: tasks/resources.py). Its retries and timeout are in the declaration. Calling the declared
 stage with (run_dir, iteration) runs it as a Prefect task that
 
   1. fetches, from the object store, the completed outputs this machine lacks (storage.backend=s3);
@@ -30,6 +30,7 @@ from prefect.cache_policies import NO_CACHE
 from rla_core.config import Config
 from tasks.checks import faults
 from tasks.common import bind_environment
+from tasks.resources import peak_rss_gib, reset_peak_rss
 from tasks.storage.object_store import open_store
 from tasks.paths import RunPaths, run_config
 from tasks.storage.files import done_summary, is_done, mark_done
@@ -111,11 +112,12 @@ class Stage:
         if out.exists():  # what an interrupted attempt left (no _DONE): start clean, so a re-run is identical
             shutil.rmtree(out)
         out.mkdir(parents=True)
-        start = time.perf_counter()
+        start, measured = time.perf_counter(), reset_peak_rss()
         with faults.inside(self.name, iteration):
             raw = self.body(paths, cfg, iteration, out)
         raw = {**raw, "metrics": prefixed(self.name, raw.get("metrics", {}), self.prefix_metrics)}
-        summary = self.summary.model_validate({**raw, "seconds": time.perf_counter() - start}).stored()
+        summary = self.summary.model_validate({**raw, "seconds": time.perf_counter() - start,
+                                               "peak_rss_gib": peak_rss_gib() if measured else None}).stored()
         mark_done(out, summary)
         faults.point(self.name, "after", iteration)
         if self.scope == "iteration":

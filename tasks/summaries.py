@@ -36,11 +36,13 @@ LEGACY_PREFIXES: dict[str, tuple[tuple[str, str], ...]] = {
 
 
 class StageSummary(BaseModel):
-    """Every stage's: its metrics (prefixed, see the module doc), its seconds, and whether this call found
+    """Every stage's: its metrics (prefixed, see the module doc), its seconds, the peak resident memory of
+    its process while it ran (GiB; None where unmeasured: tasks/resources.py), and whether this call found
     it done by an earlier attempt."""
     model_config = ConfigDict(extra="forbid")
     metrics: dict[str, float] = Field(default_factory=dict)
     seconds: float | None = None
+    peak_rss_gib: float | None = None
     resumed: bool = False
 
     def stored(self) -> dict[str, Any]:

@@ -50,7 +50,7 @@ from tasks.storage.versioning import DVC_SUFFIX, _open, data_version, default_re
 
 RECORDS = "rla-records"
 START = 0  # iteration 0: what the loop starts from
-TIMING = ("seconds", "time/", "_per_s", "elapsed")  # metric keys that measure time, not results
+TIMING = ("seconds", "time/", "_per_s", "elapsed", "peak_rss")  # keys that measure time or memory, not results
 REPORT = "reproduce.json"  # in the scratch folder: what `reproduce` returns, the comparison with the record
 
 

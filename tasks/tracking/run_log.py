@@ -56,6 +56,8 @@ class IterationLog:
             metrics[f"time/{stage.name}_s"] = typed.seconds
             if not stage.bookkeeping:
                 self.compute_seconds += typed.seconds
+        if typed.peak_rss_gib is not None:
+            metrics[f"memory/{stage.name}_peak_rss_gib"] = typed.peak_rss_gib
         self.resumed |= typed.resumed
         self.tracker.log_metrics(metrics, step=self.iteration, iteration=self.iteration)
         self.metrics.update(metrics)

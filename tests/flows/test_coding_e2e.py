@@ -267,3 +267,35 @@ def test_judge_warmstart_bench_scores_both_forms_on_the_dev_benchmark_and_leaves
     assert _diff(before, _tree(paths.root)) == []
     with pytest.raises(BadValue):
         main(["--run", str(paths.root), "--steps", "0,x"])
+
+
+def test_engine_bench_on_a_coding_run_uses_the_rollouts_own_prompts(coding_run, tmp_path):
+    """`rla bench engine` accepts a coding run: its prompts are, token for token, the prompts the real
+    rollout of iteration 1 gave the policy for the same problems, and the prefill's FLOPs are counted
+    and set against the fp32 and bf16 matmul peaks measured in the same run."""
+    import json
+
+    from flows.cli import main
+    from rla_bench.common import load_role, policy_prompts
+    from rla_core.adaptation.store import TaskStore
+
+    paths, _, _ = coding_run
+    seeded = TaskStore.load(paths.seed_store).active_tasks()
+    _, tokenizer = load_role(paths.root)
+    ids, texts, commands = policy_prompts(paths.root, len(seeded), tokenizer, coding=True)
+    by_task = {task.task_id: prompt for task, prompt in zip(seeded, ids)}
+    rolled = [t for t in read_records(paths.it(1).trajectories, Trajectory) if t.task_id in by_task]
+    assert rolled and commands == [[]] * len(seeded)
+    assert all(t.steps[0].prompt_ids == by_task[t.task_id] for t in rolled)
+    out = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--run", str(paths.root), "--prompts", "2", "--new-tokens", "2",
+                 "--repeats", "1", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["dtype"] == "float32" and result["decode_attention"] == "model"  # tiny models: unchanged
+    peak = result["matmul_peak_gflops"]
+    for row in result["results"]:
+        ours = row["backends"]["ours (transformers engine)"]
+        assert ours["prefill_flops"] > 0
+        rate = ours["prefill_flops"] / ours["prefill_seconds"] / 1e9
+        assert ours["prefill_of_bf16_peak"] == pytest.approx(rate / peak["large_gemm_2048_bf16"])
+        assert ours["prefill_of_fp32_peak"] == pytest.approx(rate / peak["large_gemm_2048"])

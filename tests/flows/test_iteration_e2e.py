@@ -162,6 +162,9 @@ def test_iteration_wall_time_and_orchestration_share_are_logged(trained_run):
         assert wall > sum(stages.values())  # the flow's wall time holds every stage body and more
         assert overhead == pytest.approx(wall - compute)
         assert metrics["time/orchestration_share"][k] == pytest.approx(overhead / wall)
+        for s in ITERATION:  # each stage's own peak memory, in its _DONE and in MLflow
+            peak = json.loads((trained_run.stage(k, s.name) / "_DONE").read_text())["peak_rss_gib"]
+            assert 0.05 < peak < 24 and metrics[f"memory/{s.name}_peak_rss_gib"][k] == pytest.approx(peak)
 
 
 def test_dvc_tracks_and_restores_the_iteration_outputs(trained_run):

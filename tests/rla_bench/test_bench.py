@@ -87,6 +87,24 @@ def test_our_step_updates_the_policy_once(prepared):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+def test_our_step_trains_the_runs_subset_in_its_dtype(prepared):
+    """As a SmolLM2 run does: last_layers:N under bf16 autocast, sampling from a bf16 copy; the model keeps
+    float32 master weights and only the top block (and the head) moves."""
+    from rla_core.training import trainable
+
+    root = require_run(prepared)
+    model, tokenizer = engine.load_role(root)
+    frozen = [p.detach().clone() for p in trainable.decoder_layers(model)[0].parameters()]
+    top = [p.detach().clone() for p in trainable.decoder_layers(model)[-1].parameters()]
+    ids, _, commands = policy_prompts(root, 4, tokenizer)
+    train = run_config(root).train.model_copy(update={"trainable": "last_layers:1"})
+    timings = step.our_steps(model, tokenizer, ids, commands, 4, 6, 2, train, torch.bfloat16, "matmul")
+    assert [t["optimizer_steps"] for t in timings] == [1.0, 1.0]
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(frozen, trainable.decoder_layers(model)[0].parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(top, trainable.decoder_layers(model)[-1].parameters()))
+
+
 def test_trl_step_runs_on_the_same_work(prepared):
     pytest.importorskip("trl")
     root = require_run(prepared)
