@@ -31,7 +31,7 @@ ITERATION_STAGES = ["select", "rollout", "judge", "adapt", "data", "validate", "
 SWEEP = ([(s, p, 0) for s in RUN_STAGES for p in ("before", "inside", "after")]
          + [(s, p, k) for k in (1, 2) for s in ITERATION_STAGES for p in ("before", "inside", "after")])
 CI_POINTS = [("rollout", "before", 1), ("train_policy", "inside", 2)]
-TIMING = ("time/", "seconds", "_per_s", "throughput")
+TIMING = ("time/", "seconds", "_per_s", "throughput", "peak_rss")  # measurements, not results
 
 
 def _command(out: Path, name: str, extra: list[str] | None = None) -> list[str]:
