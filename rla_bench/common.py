@@ -117,7 +117,7 @@ def policy_prompts(run_dir: Path, count: int, tokenizer: Any, coding: bool = Fal
     cfg = run_config(run_dir)
     bind_environment(cfg, run_dir)
     episodic = setting_for(cfg).episodic
-    if not episodic and not (coding and cfg.environment.name == "coding"):
+    if not episodic and not coding:
         raise BadValue("the bench uses a game run's policy prompts (e.g. runs/quickstart); "
                        f"{run_dir} is a {cfg.environment.name} run")
     tasks = TaskStore.load(RunPaths.of(run_dir).seed_store).active_tasks()
