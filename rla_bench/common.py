@@ -59,14 +59,19 @@ def matmul_peak(repeats: int = 5, bf16: bool = False) -> dict[str, float]:
     return result
 
 
-def counted_flops(fn: Callable[[], Any]) -> int:
-    """FLOPs of the matmuls, convolutions and attention kernels that one call of fn executes (torch's
-    FlopCounterMode); the call is not timed."""
+def counted_call(fn: Callable[[], Any]) -> tuple[Any, int]:
+    """fn's result and the FLOPs of the matmuls, convolutions and attention kernels that the call executes
+    (torch's FlopCounterMode); the call is not timed."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
-        fn()
-    return int(counter.get_total_flops())
+        result = fn()
+    return result, int(counter.get_total_flops())
+
+
+def counted_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of one call of fn (`counted_call`), its result dropped."""
+    return counted_call(fn)[1]
 
 
 def require_run(run_dir: str | Path) -> Path:

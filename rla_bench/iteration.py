@@ -20,16 +20,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rla_bench.common import machine, matmul_peak, print_table, torch_threads, write_result
+from rla_bench.common import counted_call, machine, matmul_peak, print_table, torch_threads, write_result
 
 
 def _counted(body: Callable, name: str, flops: dict[str, int]) -> Callable:
     def run(*args: Any, **kwargs: Any) -> Any:
-        from torch.utils.flop_counter import FlopCounterMode
-
-        with FlopCounterMode(display=False) as counter:
-            result = body(*args, **kwargs)
-        flops[name] = int(counter.get_total_flops())
+        result, flops[name] = counted_call(lambda: body(*args, **kwargs))
         return result
 
     return run

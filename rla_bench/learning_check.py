@@ -59,7 +59,7 @@ def report(results: list, rows: str) -> list[dict]:
         if result.row not in rows:
             continue
         before, after = (result.success[0], result.success[-1]) if result.success else (math.nan, math.nan)
-        bench = result.bench_balanced
+        bench = result.judge_bench
         lines.append({"row": result.row, "seed": result.seed, "iterations": result.iterations,
                       "heldout_before": before, "heldout_after": after,
                       "bench_before": bench[0] if bench else math.nan,

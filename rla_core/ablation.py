@@ -5,9 +5,11 @@ statistics that compare them over seeds.
     b  + step rewards          λ from the config, fixed judge, fixed task set
     c  + judge training        λ, judge trained, fixed task set
     d  + env adaptation        λ, judge trained, task set adapted (the full loop)
+    e  full loop, λ = 0        judge trained, task set adapted, the judge's signal out of the policy reward
 
-Rows change only these three switches, so K, N, m, turns and the warm-start are the same in every
-row of a seed. Means are over seeds with their standard error; adjacent rows are compared by paired
+λ is where the setting keeps it (`JudgeWeight`): the step-reward weight `reward.step_weight` of the
+games, the weight of the judge's unit tests `coding.judge_test_weight` in coding. Rows change only these
+three switches, so K, N, m, turns and the warm-start are the same in every row of a seed. Means are over seeds with their standard error; adjacent rows are compared by paired
 differences (same seed, same held-out tasks), which removes the seed-to-seed spread of the warm-start.
 """
 from __future__ import annotations
@@ -30,18 +32,33 @@ class Row:
     judge_train: bool
     adapt: bool
 
-    def overrides(self, step_weight: float) -> list[str]:
+    def overrides(self, weight: "JudgeWeight") -> list[str]:
         """The `--set` overrides that make a base config into this row."""
-        return [f"reward.step_weight={step_weight if self.step_rewards else 0.0}",
+        return [f"{weight.key}={weight.value if self.step_rewards else 0.0}",
                 f"judge.train={str(self.judge_train).lower()}", f"environment.adapt={str(self.adapt).lower()}"]
 
 
-def row_overrides(base_step_weight: float, experiment: str, root: str, row: Row, seed: int) -> list[str]:
+@dataclass(frozen=True)
+class JudgeWeight:
+    """λ as a setting keeps it: the config key (the setting's `judge_weight_key`) and the base config's value."""
+
+    key: str
+    value: float
+
+    @classmethod
+    def of(cls, cfg: "Config", key: str) -> "JudgeWeight":
+        value: object = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        return cls(key, float(value))  # type: ignore[arg-type]
+
+
+def row_overrides(weight: JudgeWeight, experiment: str, root: str, row: Row, seed: int) -> list[str]:
     """The `--set` overrides of the (row, seed) training run of an ablation under `root` (added after the
     user's own): its folder, name and seed, the ablation's shared MLflow store, and the row's switches."""
     return [f"run.output_dir={root}", f"run.name={row.key}-seed{seed}", f"run.seed={seed}",
             f"tracking.mlflow_uri=sqlite:///{root}/mlflow.db", f"tracking.experiment={experiment}",
-            *row.overrides(base_step_weight)]
+            *row.overrides(weight)]
 
 
 ROWS: dict[str, Row] = {
@@ -49,16 +66,19 @@ ROWS: dict[str, Row] = {
     "b": Row("b", "+ step rewards (fixed judge)", True, False, False),
     "c": Row("c", "+ judge training", True, True, False),
     "d": Row("d", "+ environment adaptation (full)", True, True, True),
+    "e": Row("e", "full loop, λ = 0", False, True, True),
 }
 
 
-def check_base(cfg: "Config", rows: Sequence[Row]) -> None:
+def check_base(cfg: "Config", rows: Sequence[Row], weight: JudgeWeight) -> None:
     """Raise ConfigError when the base config cannot make these rows at equal compute: a step-reward row
     needs λ > 0, and every row needs the same fixed number of optimizer steps per update."""
     from rla_core.config import ConfigError
 
-    if cfg.reward.step_weight <= 0 and any(r.step_rewards for r in rows):
-        raise ConfigError("reward.step_weight must be > 0 for the rows with step rewards (b, c, d)")
+    with_lambda = [r.key for r in rows if r.step_rewards]
+    if weight.value <= 0 and with_lambda:
+        raise ConfigError(f"{weight.key} (λ of this setting) must be > 0 for the rows with the judge's signal in "
+                          f"the policy reward ({', '.join(with_lambda)}); set it with --set {weight.key}=...")
     if cfg.train.optimizer_steps is None:
         raise ConfigError("train.optimizer_steps must be set for an ablation (equal optimizer steps in every row); "
                           "None lets each row take as many steps as its sample count needs")

@@ -87,6 +87,9 @@ class RunConfig(_Section):
     iterations: int = Field(5, ge=0, description="RL iterations after the warm-start; raising it extends a "
                             "finished run")
     eval_every: int = Field(0, ge=0, description="evaluate held-out every k iterations; 0 = only at the end")
+    keep_checkpoints: int | None = Field(None, ge=1, description="trained checkpoints of each role kept in the run "
+                                         "folder (the newest N; older model/ folders are deleted at commit, "
+                                         "restorable from DVC when versioned); None = keep all")
     torch_threads: int = Field(0, ge=0, description="torch CPU threads of this process; 0 = torch default")
     deterministic: bool = Field(True, description="torch's deterministic algorithms in every stage: with 2+ CPU "
                                 "threads an update otherwise differs run to run in the last bits, so a resumed or "
@@ -616,7 +619,7 @@ def config_to_yaml(config: Config) -> str:
 
 
 # What a run may change between invocations: its length, where its folder is, where its stages run.
-RUN_FREE_KEYS = ("run.iterations", "run.output_dir", "orchestration")
+RUN_FREE_KEYS = ("run.iterations", "run.output_dir", "run.keep_checkpoints", "orchestration")
 _UNSET = object()
 
 

@@ -84,6 +84,7 @@ class CommitSummary(StageSummary):
     data_version: str = ""
     registered: dict[str, Any] = Field(default_factory=dict)
     record: str | None = None  # where the run's record was published (version_start)
+    pruned: list[str] = Field(default_factory=list)  # checkpoint folders deleted by run.keep_checkpoints
 
 
 SummaryT = TypeVar("SummaryT", bound=StageSummary)

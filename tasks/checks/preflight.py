@@ -44,6 +44,7 @@ from rla_core.schemas import Task
 from tasks.common import bind_environment
 from tasks.paths import COMPLETE, CONFIG_FILE, ITERATIONS, ROLES, RUN_ID_FILE, RunPaths, parse_iteration
 from tasks.storage.files import DONE_MARKER
+from tasks.storage.retention import is_pruned
 
 Command = Literal["run", "seed", "prepare", "eval"]
 
@@ -371,6 +372,8 @@ def _check_iterations(paths: RunPaths, iterations: list[tuple[int, Path]]) -> No
             why = _finished(stage, f"iteration {k}'s {stage.name} stage")
             if stage.name in ("train_policy", "train_judge"):
                 model_dir = summary.get("model_dir")
+                if isinstance(model_dir, str) and is_pruned(paths.root / model_dir):
+                    continue  # deleted by run.keep_checkpoints; a newer checkpoint is what the run goes on from
                 if not isinstance(model_dir, str) or not (paths.root / model_dir).is_dir():
                     raise DataError(f"{_rel(stage / DONE_MARKER)}: model_dir {model_dir!r} is not a model folder "
                                     "of this run")
@@ -462,13 +465,15 @@ def check_ablation(configs: list[str] | None, overrides: list[str] | None, seeds
                    name: str) -> Config:
     """`rla ablation`: the base config and its files, the rows and seeds, and the run folder of every
     (row, seed) that exists already (each is checked like `rla run`, before the first row starts)."""
-    from rla_core.ablation import check_base, parse_rows, row_overrides
+    from rla_core.ablation import JudgeWeight, check_base, parse_rows, row_overrides
+    from tasks.settings import setting_for
 
     base = check(configs, overrides, run_folder=False)
     chosen = parse_rows(rows)
     if seeds < 1:
         raise BadValue(f"--seeds must be >= 1, got {seeds}")
-    check_base(base, chosen)
+    weight = JudgeWeight.of(base, setting_for(base).judge_weight_key)
+    check_base(base, chosen, weight)
     if not name.strip() or Path(name).is_absolute() or any(p in (".", "..") for p in Path(name).parts):
         raise BadValue(f"--name {name!r} is not a folder name under run.output_dir")
     root = (Path(base.run.output_dir) / name).resolve()
@@ -478,6 +483,6 @@ def check_ablation(configs: list[str] | None, overrides: list[str] | None, seeds
         raise DataError(f"{_rel(root)}: holds a training run, not an ablation; choose another --name")
     for seed in range(base.run.seed, base.run.seed + seeds):
         for row in chosen:
-            check(configs, [*(overrides or []), *row_overrides(base.reward.step_weight, base.tracking.experiment,
+            check(configs, [*(overrides or []), *row_overrides(weight, base.tracking.experiment,
                                                                 str(root), row, seed)])
     return base

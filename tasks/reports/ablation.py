@@ -13,18 +13,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rla_core.ablation import ROWS, mean_se, paired_differences
+from rla_core.config import load_run_config
 from tasks.paths import RunPaths
+from tasks.settings import setting_for
 from tasks.storage.files import is_done, write_text
 from tasks.summaries import StageSummary, read_summary
 
-SUCCESS = "heldout/success_rate"
-BENCH_BALANCED = "bench/balanced_acc"
+SUCCESS = "heldout/success_rate"  # held-out success (pass@1 in coding)
 BENCH_MU = "bench/mu"
 
 
 @dataclass
 class RunResult:
-    """One (row, seed) run: held-out success and judge-benchmark curves (index 0 = the warm-start)."""
+    """One (row, seed) run: held-out success and judge-benchmark curves (index 0 = the warm-start). The
+    judge's benchmark metric is its setting's (`Setting.judge_metric`: balanced accuracy in the games, UT
+    accuracy in coding)."""
 
     row: str
     seed: int
@@ -32,7 +35,8 @@ class RunResult:
     iterations: int  # completed
     evaluated: list[int] = field(default_factory=list)  # the iteration of each evaluation (0 = warm-start)
     success: list[float] = field(default_factory=list)
-    bench_balanced: list[float] = field(default_factory=list)
+    judge_bench: list[float] = field(default_factory=list)
+    judge_metric: str = "judge benchmark balanced accuracy"
     bench_mu: list[float] = field(default_factory=list)
     train_success: list[float] = field(default_factory=list)
     policy_steps: float = 0.0  # optimizer steps of the policy, summed over iterations
@@ -59,6 +63,8 @@ def _metric(summary: StageSummary, key: str) -> float:
 def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
     paths = RunPaths.of(run_dir)
     result = RunResult(row, seed, str(run_dir), 0)
+    setting = setting_for(load_run_config(paths.config)) if paths.config.is_file() else setting_for("household")
+    result.judge_metric, judge_key = setting.judge_metric
     baseline = paths.baseline / "metrics.json"
     evaluations = [json.loads(baseline.read_text())] if baseline.is_file() else []
     result.evaluated = [0] if evaluations else []
@@ -81,7 +87,7 @@ def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
         result.seconds += sum(read_summary(p).seconds or 0.0 for p in paths.iteration(k).iterdir()
                               if p.is_dir() and is_done(p))
     result.success = [m[SUCCESS] for m in evaluations if SUCCESS in m]
-    result.bench_balanced = [m[BENCH_BALANCED] for m in evaluations if BENCH_BALANCED in m]
+    result.judge_bench = [m[judge_key] for m in evaluations if judge_key in m]
     result.bench_mu = [m[BENCH_MU] for m in evaluations if BENCH_MU in m]
     return result
 
@@ -93,7 +99,8 @@ def _fmt(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
 
 def summary_markdown(results: list[RunResult], rows: list[str]) -> str:
     """The table (mean ± standard error over seeds) and the paired differences, as Markdown."""
-    lines = ["| row | seeds | held-out before | held-out after | gain (points) | worst gain | judge bal. acc "
+    judge = sorted({r.judge_metric for r in results}) or ["judge benchmark"]
+    lines = [f"| row | seeds | held-out before | held-out after | gain (points) | worst gain | {' / '.join(judge)} "
              "before → after | judge μ after | policy / judge optimizer steps |",
              "|---|---|---|---|---|---|---|---|---|"]
     for key in rows:
@@ -101,8 +108,8 @@ def summary_markdown(results: list[RunResult], rows: list[str]) -> str:
         if not mine:
             continue
         gains = [100 * (r.final - r.baseline) for r in mine]
-        bal_before = [r.bench_balanced[0] for r in mine if r.bench_balanced]
-        bal_after = [r.bench_balanced[-1] for r in mine if r.bench_balanced]
+        bal_before = [r.judge_bench[0] for r in mine if r.judge_bench]
+        bal_after = [r.judge_bench[-1] for r in mine if r.judge_bench]
         mu_after = [r.bench_mu[-1] for r in mine if r.bench_mu]
         steps = f"{_fmt([r.policy_steps for r in mine], digits=1)} / {_fmt([r.judge_steps for r in mine], digits=1)}"
         lines.append(
@@ -160,7 +167,8 @@ def compute_table(results: list[RunResult], rows: list[str]) -> list[str]:
 
 
 def write_csv(path: Path, results: list[RunResult]) -> None:
-    fields = ["row", "seed", "iterations", "baseline", "final", "evaluated", "success", "bench_balanced", "bench_mu",
+    fields = ["row", "seed", "iterations", "baseline", "final", "evaluated", "success", "judge_metric", "judge_bench",
+              "bench_mu",
               "train_success", "policy_steps", "judge_steps", "policy_samples", "judge_samples", "episodes", "tokens",
               "seconds", "run_dir"]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,15 +178,15 @@ def write_csv(path: Path, results: list[RunResult]) -> None:
         for r in results:
             row = {k: v for k, v in asdict(r).items() if k in fields}
             row.update(baseline=r.baseline, final=r.final)
-            for key in ("success", "bench_balanced", "bench_mu", "train_success"):
+            for key in ("success", "judge_bench", "bench_mu", "train_success"):
                 row[key] = " ".join(f"{v:.4f}" for v in row[key])
             row["evaluated"] = " ".join(str(k) for k in r.evaluated)
             writer.writerow(row)
 
 
 def plot_curves(path: Path, results: list[RunResult], rows: list[str]) -> None:
-    """Held-out success and judge-benchmark balanced accuracy at each evaluated iteration (sampled as
-    configured by eval.*): seeds thin, mean thick."""
+    """Held-out success and the judge's benchmark metric at each evaluated iteration (sampled as configured
+    by eval.*): seeds thin, mean thick."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,7 +195,7 @@ def plot_curves(path: Path, results: list[RunResult], rows: list[str]) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for index, key in enumerate(rows):
         color = f"C{index}"
-        for axis, attr in zip(axes, ("success", "bench_balanced")):
+        for axis, attr in zip(axes, ("success", "judge_bench")):
             mine = [r for r in results if r.row == key and getattr(r, attr)]
             curves = [getattr(r, attr) for r in mine]
             for r, curve in zip(mine, curves):
@@ -198,7 +206,8 @@ def plot_curves(path: Path, results: list[RunResult], rows: list[str]) -> None:
                 axis.plot(mine[0].evaluated[:length], mean, color=color, linewidth=2.5,
                           label=f"({key}) {ROWS[key].label}")
     axes[0].set(title="held-out success", xlabel="iteration (0 = warm-start)", ylabel="success rate")
-    axes[1].set(title="judge benchmark balanced accuracy", xlabel="iteration (0 = warm-start)", ylabel="(p+ + p-)/2")
+    judge = " / ".join(sorted({r.judge_metric for r in results})) or "judge benchmark"
+    axes[1].set(title=judge, xlabel="iteration (0 = warm-start)", ylabel=judge.replace("judge benchmark ", ""))
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

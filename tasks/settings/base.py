@@ -37,12 +37,18 @@ _loaded: dict[str, "Setting"] = {}
 class Setting:
     """What a kind of task supplies to the loop. `summary_rows` are the (label, metric) rows of the
     quickstart's before/after table; `episodic` says whether rollouts are multi-turn games with step
-    verdicts (the engine benchmarks need one)."""
+    verdicts (the engine benchmarks need one); `judge_weight_key` and `judge_metric` are what `rla ablation`
+    switches and reports."""
 
     name = "setting"
     episodic = False
     family = None  # an environment family of the setting's own (rla_core/envs/base.py), registered with it
     summary_rows: tuple[tuple[str, str], ...] = ()
+    # λ, the weight of the judge's signal in the policy's reward: the config key that holds it (what an
+    # ablation's step-reward switch sets to 0) ...
+    judge_weight_key = "reward.step_weight"
+    # ... and the judge's headline benchmark metric (label, key in an evaluation's metrics)
+    judge_metric: tuple[str, str] = ("judge benchmark balanced accuracy", "bench/balanced_acc")
 
     # ---- set-up (run scope)
     def seed(self, paths: RunPaths, cfg: Config) -> dict:

@@ -175,6 +175,8 @@ def score_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, benchmark: Pa
 class CodingSetting(Setting):
     name = "coding"
     episodic = False
+    judge_weight_key = "coding.judge_test_weight"  # λ·(fraction of the judge's tests a program passes)
+    judge_metric = ("judge benchmark UT accuracy", "bench/ut_accuracy")
     summary_rows = (
         ("held-out pass@1 (sampled)", "heldout/pass_at_1"),
         ("held-out pass@1 (greedy)", "heldout_greedy/pass_at_1"),

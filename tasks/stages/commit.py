@@ -23,6 +23,7 @@ from rla_core.config import Config
 from tasks.storage.object_store import dvc_remote_options
 from tasks.paths import ROLES, RunPaths, run_config
 from tasks.storage.reproduce import START, publish_iteration_record, version_start
+from tasks.storage.retention import prune_checkpoints
 from tasks.reports.trajectories import iteration_report, render_html, render_text
 from tasks.stage import stage
 from tasks.storage.files import is_done, read_json, write_text
@@ -113,8 +114,10 @@ def commit(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
                 tracker.update_aliases(model_name(role), best_tags(role))
     if cfg.versioning.dvc:  # before COMPLETE: a record that failed to publish is retried with the stage
         publish_iteration_record(paths, cfg, k)
+    pruned = prune_checkpoints(paths, k, cfg.run.keep_checkpoints, cfg.versioning.dvc) \
+        if cfg.run.keep_checkpoints else []
     write_text(paths.it(k).complete, version + "\n")
-    return {"data_version": version, "registered": registered, "metrics": {}}
+    return {"data_version": version, "registered": registered, "pruned": pruned, "metrics": {}}
 
 
 def start_tags(paths: RunPaths, cfg: Config) -> dict[str, str]:

@@ -14,6 +14,7 @@ from tasks.paths import RunPaths
 from tasks.settings import setting_for
 from tasks.stage import stage
 from tasks.storage.files import done_summary, is_done
+from tasks.storage.retention import bring_back
 from tasks.summaries import EvaluateSummary
 
 
@@ -53,8 +54,9 @@ def evaluate_checkpoint(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict
     otherwise): the same models, the same seed (`eval_seed`, as every evaluation of the run) and the same
     passes (`logged_final`). An iteration that was not evaluated in the loop gets the full evaluation."""
     final = logged_final(paths, k)
-    metrics = evaluate_models(paths, cfg, paths.model_dir(k + 1, "policy"), paths.model_dir(k + 1, "judge"), out,
-                              eval_seed(cfg), final=final)
+    # a checkpoint deleted by run.keep_checkpoints comes back from DVC (an error says so when not versioned)
+    policy, judge = (bring_back(paths, paths.model_dir(k + 1, role)) for role in ("policy", "judge"))
+    metrics = evaluate_models(paths, cfg, policy, judge, out, eval_seed(cfg), final=final)
     return {"metrics": metrics, "final": final}
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from flows.cli import main
-from rla_core.ablation import ROWS, row_overrides
+from rla_core.ablation import ROWS, JudgeWeight, row_overrides
 from rla_core.adaptation.cycle import AdaptReport
 from rla_core.adaptation.store import TaskStore
 from rla_core.bootstrap import generate_tasks
@@ -356,6 +356,12 @@ def ablation_no_seeds(cwd, template):
 @case("configs", "reward.step_weight")
 def ablation_without_step_weight(cwd, template):
     return [*args("reward.step_weight=0", command="ablation"), "--rows", "ab"]
+
+
+@case("configs", "coding.judge_test_weight (λ of this setting) must be > 0", "(d)")
+def coding_ablation_without_judge_test_weight(cwd, template):  # coding's λ is its own key, not reward.step_weight
+    coding = str(PROJECT_ROOT / "configs" / "coding.yaml")
+    return [*args("train.optimizer_steps=2", command="ablation", config=[coding]), "--rows", "ad"]
 
 
 # ---- YAML files
@@ -924,8 +930,8 @@ def ablation_into_a_training_run(cwd, template):
 def ablation_row_folder_differs(cwd, template):
     base = load_config([QUICK], ["run.output_dir=runs"])
     root = (cwd / "runs" / "ablation").resolve()
-    child = load_config([QUICK], ["run.output_dir=runs", *row_overrides(base.reward.step_weight,
-                                  base.tracking.experiment, str(root), ROWS["a"], 0), "rollout.n=3"])
+    child = load_config([QUICK], ["run.output_dir=runs", *row_overrides(JudgeWeight("reward.step_weight",
+                                  base.reward.step_weight), base.tracking.experiment, str(root), ROWS["a"], 0), "rollout.n=3"])
     (root / "a-seed0").mkdir(parents=True)
     (root / "a-seed0" / "config.yaml").write_text(config_to_yaml(child))
     return [*args(command="ablation"), "--rows", "a", "--seeds", "1"]

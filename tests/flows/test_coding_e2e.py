@@ -299,3 +299,21 @@ def test_engine_bench_on_a_coding_run_uses_the_rollouts_own_prompts(coding_run, 
         rate = ours["prefill_flops"] / ours["prefill_seconds"] / 1e9
         assert ours["prefill_of_bf16_peak"] == pytest.approx(rate / peak["large_gemm_2048_bf16"])
         assert ours["prefill_of_fp32_peak"] == pytest.approx(rate / peak["large_gemm_2048"])
+
+
+def test_ablation_report_reads_the_coding_runs_own_metrics(coding_run):
+    """The ablation report on a real coding run folder: held-out pass@1 and the judge's UT accuracy, read
+    from the metrics the coding evaluation wrote (not the games' balanced accuracy, which coding lacks)."""
+    from tasks.reports.ablation import read_run, summary_markdown
+
+    paths, _, _ = coding_run
+    result = read_run(paths.root, "e", 0)
+    baseline_metrics = read_json(paths.baseline / "metrics.json")
+    final_metrics = read_json(paths.it(2).eval_metrics)
+    assert result.judge_metric == "judge benchmark UT accuracy"
+    assert result.judge_bench == [baseline_metrics["bench/ut_accuracy"], final_metrics["bench/ut_accuracy"]]
+    assert result.success == [baseline_metrics["heldout/success_rate"], final_metrics["heldout/success_rate"]]
+    assert result.success[-1] == final_metrics["heldout/pass_at_1"]
+    table = summary_markdown([result], ["e"])
+    assert "judge benchmark UT accuracy before → after" in table and "(e) full loop, λ = 0" in table
+    assert f"{result.judge_bench[0]:.3f} ± 0.000 → {result.judge_bench[-1]:.3f} ± 0.000" in table
