@@ -33,14 +33,25 @@ import torch
 from rla_bench.common import decode_attention, load_role, machine, median, policy_prompts, print_table, require_run, \
     torch_threads, write_result
 from rla_core.config import TrainConfig
+from rla_core.models.chat import is_chat
 from rla_core.rollout.base import SamplingParams
 from rla_core.rollout.hf_engine import TransformersEngine
 from rla_core.rollout.prompts import parse_action
 from rla_core.schemas import TrainingSample
 from rla_core.training.torch_backend import TorchTrainer
 
-def reward(completion: str, commands: list[str]) -> float:
+def reward(completion: str | list[dict], commands: list[str]) -> float:
+    """1 for a completion that names an admissible command; TRL hands a conversational prompt's completion
+    over as [{"role": "assistant", "content": text}]."""
+    if not isinstance(completion, str):
+        completion = "".join(message["content"] for message in completion)
     return 1.0 if parse_action(completion, commands) is not None else 0.0
+
+
+def trl_prompt(tokenizer: Any, text: str) -> str | list[dict]:
+    """The prompt as TRL is given it, so that it samples from the very ids our engine does: a chat model's
+    as a conversation (TRL applies the tokenizer's chat template, as `encode_prompts` does), else the text."""
+    return [{"role": "user", "content": text}] if is_chat(tokenizer) else text
 
 
 def group_advantages(rewards: list[float], n: int) -> list[float]:
@@ -110,7 +121,7 @@ def trl_steps(model: Any, tokenizer: Any, texts: list[str], commands: list[list[
     def trl_reward(completions: list[str], commands: list[list[str]], **_: Any) -> list[float]:
         return [reward(c, cmds) for c, cmds in zip(completions, commands)]
 
-    rows = [{"prompt": t, "commands": c} for t, c in zip(texts, commands)] * steps
+    rows = [{"prompt": trl_prompt(tokenizer, t), "commands": c} for t, c in zip(texts, commands)] * steps
     options: dict[str, Any] = dict(
         per_device_train_batch_size=len(texts) * n, num_generations=n, max_completion_length=new_tokens,
         gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, max_steps=steps,

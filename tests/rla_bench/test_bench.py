@@ -151,3 +151,25 @@ def test_scaling_part_changes_one_setting_per_point(harness, tmp_path):  # noqa:
     assert json.loads((base / "config.json").read_text())["hidden_size"] == 64
     with pytest.raises(Exception, match="unknown scaling axis"):
         scaling.run([], SHORT, axes=["depth"])
+
+
+def test_trl_is_given_the_prompt_ids_our_engine_samples_from():
+    """TRL's GRPOTrainer tokenizes a conversational prompt with the chat template (its `_tokenize_prompts`:
+    apply_chat_template(conversation=..., add_generation_prompt=True, tokenize=True)); the bench hands a chat
+    model's prompt over as a conversation so that TRL gets the ids of `encode_prompts`. Handed the plain
+    text, SmolLM2 saw no chat turn and answered in ~1 token (measured: mean completion 1.19 tokens)."""
+    from rla_core.models.chat import encode_prompts
+    from rla_core.models.factory import load_tokenizer
+    from rla_core.models.pretrained import SMOLLM2, ensure
+    from rla_core.models.tokenizer import train_tokenizer
+
+    smol = load_tokenizer(ensure(SMOLLM2))
+    texts = ["You are in a room. Your task is to: put a lamp on desk 1.", "Write a program that prints 7."]
+    prompts = [step.trl_prompt(smol, t) for t in texts]
+    as_trl = smol.apply_chat_template(conversation=prompts, add_generation_prompt=True, tokenize=True,
+                                      return_dict=True)["input_ids"]
+    assert as_trl == encode_prompts(smol, texts)
+    tiny = train_tokenizer(["go to desk 1", "take lamp 1"] * 30, 300)
+    assert step.trl_prompt(tiny, "go to desk 1") == "go to desk 1"
+    assert step.reward([{"role": "assistant", "content": "\\boxed{2}"}], ["look", "go to desk 1"]) == \
+        step.reward("\\boxed{2}", ["look", "go to desk 1"]) == 1.0
