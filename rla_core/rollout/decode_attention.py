@@ -13,10 +13,17 @@ samples change (tests/rla_core/rollout/test_decode_attention.py measures by how 
 
 Every call with more than one query position (the prefill, any training forward) goes to transformers'
 own `sdpa` function with the mask `sdpa` builds, so those are unchanged to the bit.
+
+With n > 1 samples per prompt the cache does not copy the prompt's keys and values n times: it hands this
+function a `SharedPrefix`, the prompt part once per prompt ([B, Hkv, P, D]) and the generated part per
+sample ([B·n, Hkv, t, D]). The n samples' queries of a prompt are stacked against its prompt keys in one
+matmul; the softmax runs over both parts together, so the result is the same attention, summed in another
+order (float rounding apart).
 """
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -25,31 +32,84 @@ NAME = "rla_decode_matmul"
 _registered = False
 
 
+@dataclass(frozen=True)
+class SharedPrefix:
+    """Keys (or values) of B prompts × n samples: the prompt's positions once per prompt, then each
+    sample's own generated positions. Row b·n + j of the batch is sample j of prompt b."""
+
+    prefix: torch.Tensor  # [B, Hkv, P, D]
+    own: torch.Tensor  # [B·n, Hkv, t, D]
+    repeats: int
+
+    def materialize(self) -> torch.Tensor:
+        """The [B·n, Hkv, P + t, D] tensor that an unshared cache would hold."""
+        return torch.cat([self.prefix.repeat_interleave(self.repeats, dim=0), self.own], dim=2)
+
+
+def _by_prompt(x: torch.Tensor, repeats: int) -> torch.Tensor:
+    """[B·n, Hkv, G, X] -> [B, Hkv, n·G, X]: the n samples' rows of a prompt stacked per kv head."""
+    rows, kv_heads, group, last = x.shape
+    return x.reshape(rows // repeats, repeats, kv_heads, group, last).transpose(1, 2).reshape(
+        rows // repeats, kv_heads, repeats * group, last)
+
+
+def _by_sample(x: torch.Tensor, repeats: int) -> torch.Tensor:
+    """The inverse of `_by_prompt`."""
+    prompts, kv_heads, stacked, last = x.shape
+    group = stacked // repeats
+    return x.reshape(prompts, kv_heads, repeats, group, last).transpose(1, 2).reshape(
+        prompts * repeats, kv_heads, group, last)
+
+
+def _shared_scores_and_sum(grouped: torch.Tensor, key: SharedPrefix, value: SharedPrefix, mask: torch.Tensor | None,
+                           scale: float) -> torch.Tensor:
+    """Grouped queries [B·n, Hkv, G, D] over a shared prompt part and per-sample generated part."""
+    n, prompt_length = key.repeats, key.prefix.shape[2]
+    prefix_scores = _by_sample(torch.matmul(_by_prompt(grouped, n), key.prefix.transpose(-1, -2)), n)
+    own_scores = torch.matmul(grouped, key.own.transpose(-1, -2))
+    scores = torch.cat([prefix_scores, own_scores], dim=-1).float() * scale  # [B·n, Hkv, G, P + t]
+    probs = _masked_softmax(scores, mask).to(value.own.dtype)
+    prefix_probs, own_probs = probs[..., :prompt_length], probs[..., prompt_length:]
+    prefix_out = _by_sample(torch.matmul(_by_prompt(prefix_probs, n), value.prefix), n)
+    return prefix_out + torch.matmul(own_probs, value.own)
+
+
+def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:  # an additive float mask
+            scores = scores + mask.float()
+    return torch.softmax(scores, dim=-1)
+
+
 def decode_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                      **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: query [B, H, q, D], key/value [B, Hkv, T, D], boolean
-    mask [B, 1, q, T] (True = attend) or None; returns ([B, q, H, D], None)."""
+    mask [B, 1, q, T] (True = attend) or None; returns ([B, q, H, D], None). key/value may be
+    `SharedPrefix`es (a cache that shares the prompt among n samples)."""
     if query.shape[2] != 1 or module.training:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+        if isinstance(key, SharedPrefix):
+            key, value = key.materialize(), value.materialize()
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     batch, heads, _, dim = query.shape
-    kv_heads = key.shape[1]
+    shared = isinstance(key, SharedPrefix)
+    kv_heads = (key.prefix if shared else key).shape[1]
     if heads % kv_heads:
         raise ValueError(f"{heads} query heads cannot share {kv_heads} key/value heads")
     scale = dim ** -0.5 if scaling is None else scaling
     # query head h reads key/value head h // G (transformers' repeat_kv): stack the G heads of a kv head
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim).to(key.dtype)
-    scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale  # [B, Hkv, G, T]
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, float("-inf"))
-        else:  # an additive float mask
-            scores = scores + attention_mask.float()
-    probs = torch.softmax(scores, dim=-1).to(value.dtype)
-    out = torch.matmul(probs, value)  # [B, Hkv, G, D]
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim).to((key.prefix if shared else key).dtype)
+    if shared:
+        out = _shared_scores_and_sum(grouped, key, value, attention_mask, scale)
+    else:
+        scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale  # [B, Hkv, G, T]
+        probs = _masked_softmax(scores, attention_mask).to(value.dtype)
+        out = torch.matmul(probs, value)  # [B, Hkv, G, D]
     return out.reshape(batch, 1, heads, dim).to(query.dtype), None
 
 

@@ -25,19 +25,32 @@ class PreallocatedLayer(DynamicLayer):
     same order as the concatenated tensor, so ids and log-probs are unchanged to the last bit.
     """
 
-    def __init__(self, capacity: int, store_dtype: torch.dtype | None = None) -> None:
+    def __init__(self, capacity: int, store_dtype: torch.dtype | None = None, share_prompt: bool = False) -> None:
         super().__init__()
         self.capacity = capacity
         self.store_dtype = store_dtype  # None: the model's dtype
+        # share_prompt: `batch_repeat_interleave(n)` keeps the prompt's positions once per prompt, and the
+        # attention reads them as a `SharedPrefix` (only rla_core/rollout/decode_attention.py can)
+        self.share_prompt = share_prompt
+        self.repeats, self.prompt_length = 1, 0
         self.length = 0
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
+        self._own_keys: torch.Tensor | None = None
+        self._own_values: torch.Tensor | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
                ) -> tuple[torch.Tensor, torch.Tensor]:
         end = self.length + key_states.shape[-2]
         if end > self.capacity:
             raise RuntimeError(f"KV cache of {self.capacity} positions cannot hold {end}")
+        if self.repeats > 1:  # a shared prompt: new positions are each sample's own
+            start, self.length = self.length - self.prompt_length, end
+            stop = end - self.prompt_length
+            self._own_keys[:, :, start:stop] = key_states
+            self._own_values[:, :, start:stop] = value_states
+            self._expose()
+            return self.keys, self.values
         if self._keys is None:
             self.dtype, self.device = key_states.dtype, key_states.device
             batch, heads, _, dim = key_states.shape
@@ -57,19 +70,40 @@ class PreallocatedLayer(DynamicLayer):
         return self.length
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        if self._keys is not None:
+        if self._keys is None:
+            return
+        if not self.share_prompt or repeats == 1:
             self._keys = self._keys.repeat_interleave(repeats, dim=0)
             self._values = self._values.repeat_interleave(repeats, dim=0)
-            self._expose()
+        else:
+            if self.repeats > 1:
+                raise RuntimeError("the prompt of this cache is shared already")
+            self.repeats, self.prompt_length = repeats, self.length
+            self._keys = self._keys[:, :, :self.length].clone()  # contiguous, once per prompt
+            self._values = self._values[:, :, :self.length].clone()
+            rows, heads, _, dim = self._keys.shape
+            left = self.capacity - self.length
+            self._own_keys = self._keys.new_empty((rows * repeats, heads, left, dim))
+            self._own_values = self._values.new_empty((rows * repeats, heads, left, self._values.shape[-1]))
+        self._expose()
 
     def _expose(self) -> None:
-        """`keys`/`values` (what transformers' own cache methods read): views of the filled positions."""
+        """`keys`/`values` (what transformers' own cache methods read): views of the filled positions, or
+        `SharedPrefix`es of the prompt and the generated positions once the prompt is shared."""
+        if self.repeats > 1:
+            own = self.length - self.prompt_length
+            self.keys = decode_attention_module.SharedPrefix(self._keys, self._own_keys[:, :, :own], self.repeats)
+            self.values = decode_attention_module.SharedPrefix(self._values, self._own_values[:, :, :own],
+                                                               self.repeats)
+            return
         self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
 
 
-def preallocated_cache(model: Any, capacity: int, store_dtype: torch.dtype | None = None) -> Cache:
+def preallocated_cache(model: Any, capacity: int, store_dtype: torch.dtype | None = None,
+                       share_prompt: bool = False) -> Cache:
     """A transformers cache with one `PreallocatedLayer` of `capacity` positions per decoder layer."""
-    return Cache(layers=[PreallocatedLayer(capacity, store_dtype) for _ in range(model.config.num_hidden_layers)])
+    return Cache(layers=[PreallocatedLayer(capacity, store_dtype, share_prompt)
+                         for _ in range(model.config.num_hidden_layers)])
 
 
 def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,25 +164,25 @@ def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, e
     is allocated once for prompt + max_new_tokens positions (`PreallocatedLayer`).
 
     decode_attention "model": every forward attends with the model's own attention function; "matmul":
-    the decode steps attend with rla_core/rollout/decode_attention.py over a float32 cache (the prefill is
-    unchanged)."""
+    the decode steps attend with rla_core/rollout/decode_attention.py over a float32 cache that holds the
+    prompt once for its n samples (the prefill is unchanged)."""
     if decode_attention not in DECODE_ATTENTION:
         raise ValueError(f"unknown decode_attention {decode_attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
     if decode_attention == "matmul" and decode_attention_module.supported(model):
         with decode_attention_module.using(model):
-            return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, torch.float32)
+            return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, torch.float32, True)
     return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, None)
 
 
 def _sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
-                  generator: torch.Generator, sampler: str, store_dtype: torch.dtype | None
-                  ) -> list[tuple[list[int], list[float]]]:
+                  generator: torch.Generator, sampler: str, store_dtype: torch.dtype | None,
+                  share_prompt: bool = False) -> list[tuple[list[int], list[float]]]:
     device = next(model.parameters()).device
     ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     # Only the last position's logits are needed: skip the vocabulary projection of the whole prompt.
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    cache = preallocated_cache(model, ids.shape[1] + params.max_new_tokens, store_dtype)
+    cache = preallocated_cache(model, ids.shape[1] + params.max_new_tokens, store_dtype, share_prompt)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
                 **keep)
     cache, logits = out.past_key_values, out.logits[:, -1, :]

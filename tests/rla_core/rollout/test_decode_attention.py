@@ -47,6 +47,53 @@ def test_the_function_is_grouped_query_attention_with_the_mask():
             torch.testing.assert_close(out[b, 0, h], expected, rtol=1e-5, atol=1e-6)
 
 
+def test_a_shared_prompt_is_the_same_attention_as_its_copies():
+    """A `SharedPrefix` (the prompt's keys once per prompt, each sample's own after) gives the attention of
+    the cache that copies the prompt n times, masks included; the sdpa fallback materializes it."""
+    torch.manual_seed(1)
+    prompts, n, heads, kv_heads, dim, prompt_length, own = 2, 3, 6, 2, 8, 5, 4
+    query = torch.randn(prompts * n, heads, 1, dim)
+    parts = [(torch.randn(prompts, kv_heads, prompt_length, dim), torch.randn(prompts * n, kv_heads, own, dim))
+             for _ in range(2)]
+    key, value = (decode_attention.SharedPrefix(prefix, mine, n) for prefix, mine in parts)
+    assert key.materialize().shape == (prompts * n, kv_heads, prompt_length + own, dim)
+    assert torch.equal(key.materialize()[n + 1, :, :prompt_length], parts[0][0][1])  # sample 1 of prompt 1
+    mask = torch.ones(prompts * n, 1, 1, prompt_length + own, dtype=torch.bool)
+    mask[:n, :, :, :2] = False  # prompt 0 was left-padded
+    mask[4, :, :, prompt_length + 1] = False
+    module = torch.nn.Module().eval()
+    for m in (mask, None):
+        shared, _ = decode_attention.decode_attention(module, query, key, value, m, scaling=0.3)
+        copied, _ = decode_attention.decode_attention(module, query, key.materialize(), value.materialize(), m,
+                                                      scaling=0.3)
+        torch.testing.assert_close(shared, copied, rtol=1e-5, atol=1e-6)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    module.train()  # the fallback path (training / several query positions) reads the materialized tensors
+    module.num_key_value_groups = heads // kv_heads
+    fallback, _ = decode_attention.decode_attention(module, query, key, value, mask, scaling=0.3)
+    expected, _ = sdpa_attention_forward(module, query, key.materialize(), value.materialize(), mask, scaling=0.3)
+    assert torch.equal(fallback, expected)
+
+
+def test_the_cache_keeps_the_prompt_once_for_its_samples():
+    layer = hf_engine.PreallocatedLayer(capacity=9, store_dtype=torch.float32, share_prompt=True)
+    prompt = torch.randn(2, 3, 6, 4)
+    layer.update(prompt, prompt + 1)
+    layer.batch_repeat_interleave(4)
+    keys, values = layer.update(torch.randn(8, 3, 1, 4), torch.randn(8, 3, 1, 4))
+    assert isinstance(keys, decode_attention.SharedPrefix) and keys.repeats == 4
+    assert keys.prefix.shape == (2, 3, 6, 4) and keys.own.shape == (8, 3, 1, 4)
+    assert torch.equal(values.prefix, prompt + 1) and layer.get_seq_length() == 7
+    layer.update(torch.randn(8, 3, 2, 4), torch.randn(8, 3, 2, 4))
+    with pytest.raises(RuntimeError, match="cannot hold 10"):
+        layer.update(torch.randn(8, 3, 1, 4), torch.randn(8, 3, 1, 4))
+    plain = hf_engine.PreallocatedLayer(capacity=9)  # the model-attention path still copies
+    plain.update(prompt, prompt)
+    plain.batch_repeat_interleave(4)
+    assert plain.keys.shape == (8, 3, 6, 4)
+
+
 def test_decoding_matches_the_models_own_attention_in_float32():
     """Same ids, log-probs equal to float rounding: greedy and sampled n > 1 (the repeated prefill), over
     left-padded prompts of 2-9 tokens."""

@@ -90,7 +90,7 @@ def test_preallocated_cache_decodes_bit_for_bit_like_the_concatenating_cache(mon
                 for params in cases]
 
     fast = decode_all()
-    monkeypatch.setattr(hf_engine, "preallocated_cache", lambda model, capacity, store_dtype=None: DynamicCache())
+    monkeypatch.setattr(hf_engine, "preallocated_cache", lambda model, capacity, *settings: DynamicCache())
     reference = decode_all()
     assert fast == reference
     # the cases exercise what they claim: rows that stop early beside rows that run to the cap
