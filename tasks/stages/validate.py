@@ -52,8 +52,8 @@ def validate(paths: RunPaths, cfg: Config, k: int, out: Path) -> dict:
     write_json(paths.it(k).gates_report, report)
     tracker_for(str(paths.root)).log_dict(report, "gates/report.json", iteration=k)
     metrics = {f"{r.gate}_failed": float(r.failed) for r in results}
-    tracker_for(str(paths.root)).log_metrics(prefixed("validate", metrics), step=k, iteration=k)
-    for result in results:
-        if not result.success:
-            raise GateFailed(result)
-    return {"metrics": metrics}
+    failed = [r for r in results if not r.success]
+    if failed:  # a failing stage returns nothing to log: its metrics go to MLflow from here
+        tracker_for(str(paths.root)).log_metrics(prefixed("validate", metrics), step=k, iteration=k)
+        raise GateFailed(failed[0])
+    return {"metrics": metrics}  # logged once, with the stage's summary (tasks/tracking/run_log.py)

@@ -96,6 +96,11 @@ def test_mlflow_run_holds_the_iteration_metrics(trained_run):
                 "heldout/success_rate", "adapt/slots", "dev/success_rate", "dev/bench_balanced_acc"):
         assert key in metrics, f"{key} missing from MLflow; have {sorted(metrics)[:20]}"
     assert 1 in metrics["rollout/success_rate"]
+    tracker = tracker_for(str(trained_run.root))
+    for k in (1, 2):  # each stage metric once per iteration (the gates' were logged twice before)
+        for key in ("validate/reserved_content_failed", "validate/policy_batch_failed", "rollout/success_rate"):
+            history = tracker.client.get_metric_history(tracker.iteration_run(k), key)
+            assert [m.step for m in history] == [k], (k, key, history)
 
 
 def test_training_run_records_its_float_path(trained_run):
