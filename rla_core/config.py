@@ -239,10 +239,11 @@ class TrainConfig(_Section):
                            "N decoder blocks, final norm, output head); lora:R (rank-R adapters on every linear "
                            "layer of every block, merged into the weights when saved)")
     stop_gradient: bool = Field(
-        True, description="trainable = last_layers:N: no gradient below the lowest trained block (its input is "
-        "detached), so the frozen blocks cost one forward pass; false = the gradient also runs down through the "
-        "frozen blocks into a tied input embedding, and the head's weight gets the input tokens' rows too. Runs "
-        "written before this key existed used false")
+        False, description="trainable = last_layers:N: true = no gradient below the lowest trained block (its "
+        "input is detached), so the frozen blocks cost one forward pass (4-5x less backward on SmolLM2) but a "
+        "tied head/input embedding loses the input side of its gradient; false = the exact gradient, which runs "
+        "down through the frozen blocks into a tied input embedding (on the dev split it gave the better SmolLM2 "
+        "coding warm start in 2 of 2 seeds: docs/design.md)")
     minibatch_size: int = Field(256, gt=0, description="at most this many samples per optimizer step")
     optimizer_steps: int | None = Field(
         None, gt=0, description="exactly this many optimizer steps per update, the samples split evenly "

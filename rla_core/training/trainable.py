@@ -4,12 +4,13 @@ too); or low-rank adapters of rank R on every linear layer of every decoder bloc
 with A [R, in], B [out, R] zero at the start, s = 2, W frozen).
 
 On a CPU, full fine-tuning of a 135M-parameter model is the slow path: freezing the lower blocks removes
-their weight gradients and optimizer state, and backpropagation stops at the lowest trained block: the
-input embeddings' output is detached (`stop_gradient`), so no graph is recorded below it. Freezing alone does not stop it when the head is tied to the input
-embedding (SmolLM2): the embedding's output then requires grad, so the backward pass ran through every
-frozen block to add the input tokens' rows to the head's gradient (measured on SmolLM2, 16 × 200 tokens,
-last 6 of 30 blocks: backward 12-20 s with it, 2.9-3.6 s without, and a head gradient 2.7× larger, most
-of it the input embedding's). LoRA
+their weight gradients and optimizer state. When the head is tied to the input embedding (SmolLM2), the
+exact gradient of that weight also has an input side: the embedding's output requires grad, and the
+backward pass runs through every frozen block to add the input tokens' rows (measured on SmolLM2, 16 × 200
+tokens, last 6 of 30 blocks: backward 12-20 s, and a tied-weight gradient 2.7× larger than its head side).
+`stop_gradient` detaches the embedding's output, so no graph is recorded below the lowest trained block
+(backward 2.9-3.6 s) and the tied weight gets its head side only; it is off by default because the exact
+gradient gave the better warm start on the dev split (docs/design.md). LoRA
 keeps the gradient flowing through every block but trains and stores a few hundred thousand numbers.
 Adapters are merged into W before a model is saved (`merge`), so every checkpoint is a plain HF model
 that any stage loads as before; each update starts fresh adapters on the merged weights (their optimizer
@@ -102,11 +103,11 @@ def stop_gradient_below(model: torch.nn.Module) -> None:
         embeddings._rla_stop_gradient = embeddings.register_forward_hook(_detached)
 
 
-def apply(model: torch.nn.Module, spec: str, seed: int = 0, stop_gradient: bool = True) -> dict[str, float]:
+def apply(model: torch.nn.Module, spec: str, seed: int = 0, stop_gradient: bool = False) -> dict[str, float]:
     """Set requires_grad for `spec` (lora:R: add the adapters, A drawn from `seed`); returns
     {"trainable_params", "total_params"}. "all" changes nothing. For last_layers:N below the model's depth,
-    `stop_gradient` detaches the input of the lowest trained block (module doc; False: the behaviour of
-    runs written before `train.stop_gradient`)."""
+    `stop_gradient` detaches the input of the lowest trained block (module doc; False: the exact gradient,
+    the default)."""
     last, rank = parse(spec), lora_rank(spec)
     if rank is not None:
         for param in model.parameters():

@@ -117,8 +117,7 @@ def _trained_grads(model, ids):
 def test_the_gradient_stops_at_the_lowest_trained_block_even_with_a_tied_head():
     """SmolLM2 ties its head to the input embedding: freezing the lower blocks alone left the graph
     running through all of them into the embedding lookup. With stop_gradient the frozen blocks' outputs
-    need no grad; without it (runs written before train.stop_gradient) every block's output is in the
-    graph. The trained weights get the same gradient either way except the tied head's rows of the input
+    need no grad; without it (the default, the exact gradient) every block's output is in the graph. The trained weights get the same gradient either way except the tied head's rows of the input
     tokens, which the old graph also fed through the embedding lookup."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -129,8 +128,8 @@ def test_the_gradient_stops_at_the_lowest_trained_block_even_with_a_tied_head():
     stopped, legacy = LlamaForCausalLM(config), LlamaForCausalLM(config)
     legacy.load_state_dict(stopped.state_dict())
     assert stopped.get_output_embeddings().weight is stopped.get_input_embeddings().weight  # tied
-    trainable.apply(stopped, "last_layers:1")
-    trainable.apply(stopped, "last_layers:1")  # applied twice: still one hook
+    trainable.apply(stopped, "last_layers:1", stop_gradient=True)
+    trainable.apply(stopped, "last_layers:1", stop_gradient=True)  # applied twice: still one hook
     trainable.apply(legacy, "last_layers:1", stop_gradient=False)
     assert _layer_outputs_requiring_grad(stopped, ids) == [False, False, False, True]
     assert _layer_outputs_requiring_grad(legacy, ids) == [True, True, True, True]
@@ -153,7 +152,7 @@ def test_a_run_written_before_stop_gradient_keeps_the_old_gradient(tmp_path):
 
     from rla_core.config import config_to_yaml, load_run_config
 
-    assert load_config().train.stop_gradient is True
+    assert load_config().train.stop_gradient is False  # the exact gradient by default (docs/design.md)
     written = yaml.safe_load(config_to_yaml(load_config()))
     del written["train"]["stop_gradient"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(written))
