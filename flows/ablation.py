@@ -18,7 +18,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.train import train
-from rla_core.ablation import JudgeWeight, Row, check_base, mean_se, parse_rows, row_overrides
+from rla_core.ablation import Row, check_base, mean_se, parse_rows, row_overrides
 from rla_core.config import Config, TrackingConfig, load_config
 from tasks.reports.ablation import RunResult, read_run, summary_markdown, write_report
 from tasks.settings import setting_for
@@ -28,13 +28,8 @@ from tasks.tracking.tracker import PARENT_TAG, Tracker
 SHARED = ("seed", "models/init", "models/bootstrap", "baseline")  # a seed's warm-start, the same in every row
 
 
-def judge_weight(cfg: Config) -> JudgeWeight:
-    """λ of the config's setting: its key and value."""
-    return JudgeWeight.of(cfg, setting_for(cfg).judge_weight_key)
-
-
 def _row_overrides(cfg: Config, root: Path, row: Row, seed: int) -> list[str]:
-    return row_overrides(judge_weight(cfg), cfg.tracking.experiment, str(root), row, seed)
+    return row_overrides(setting_for(cfg).judge_weight(cfg), cfg.tracking.experiment, str(root), row, seed)
 
 
 def share_warm_start(source: Path, target: Path) -> list[str]:
@@ -62,7 +57,7 @@ def ablation(config_files: list[str] | None, overrides: list[str], seeds: int, r
     """Every (row, seed) training run, then the summary files, logged to the ablation's parent run."""
     base = load_config(config_files, overrides)
     chosen = parse_rows(rows)
-    check_base(base, chosen, judge_weight(base))
+    check_base(base, chosen, setting_for(base).judge_weight(base))
     root = (Path(base.run.output_dir) / name).resolve()
     root.mkdir(parents=True, exist_ok=True)
     parent = Tracker(root, TrackingConfig(experiment=base.tracking.experiment), run_name=name)

@@ -465,14 +465,14 @@ def check_ablation(configs: list[str] | None, overrides: list[str] | None, seeds
                    name: str) -> Config:
     """`rla ablation`: the base config and its files, the rows and seeds, and the run folder of every
     (row, seed) that exists already (each is checked like `rla run`, before the first row starts)."""
-    from rla_core.ablation import JudgeWeight, check_base, parse_rows, row_overrides
+    from rla_core.ablation import check_base, parse_rows, row_overrides
     from tasks.settings import setting_for
 
     base = check(configs, overrides, run_folder=False)
     chosen = parse_rows(rows)
     if seeds < 1:
         raise BadValue(f"--seeds must be >= 1, got {seeds}")
-    weight = JudgeWeight.of(base, setting_for(base).judge_weight_key)
+    weight = setting_for(base).judge_weight(base)
     check_base(base, chosen, weight)
     if not name.strip() or Path(name).is_absolute() or any(p in (".", "..") for p in Path(name).parts):
         raise BadValue(f"--name {name!r} is not a folder name under run.output_dir")

@@ -15,7 +15,7 @@ from pathlib import Path
 from rla_core.ablation import ROWS, mean_se, paired_differences
 from rla_core.config import load_run_config
 from tasks.paths import RunPaths
-from tasks.settings import setting_for
+from tasks.settings import Setting, setting_for
 from tasks.storage.files import is_done, write_text
 from tasks.summaries import StageSummary, read_summary
 
@@ -36,7 +36,7 @@ class RunResult:
     evaluated: list[int] = field(default_factory=list)  # the iteration of each evaluation (0 = warm-start)
     success: list[float] = field(default_factory=list)
     judge_bench: list[float] = field(default_factory=list)
-    judge_metric: str = "judge benchmark balanced accuracy"
+    judge_metric: str = Setting.judge_metric[0]
     bench_mu: list[float] = field(default_factory=list)
     train_success: list[float] = field(default_factory=list)
     policy_steps: float = 0.0  # optimizer steps of the policy, summed over iterations

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from rla_core.ablation import JudgeWeight
 from rla_core.config import Config
 from rla_core.models.chat import encode_pairs
 from rla_core.models.factory import build_or_load, save_pretrained
@@ -49,6 +50,10 @@ class Setting:
     judge_weight_key = "reward.step_weight"
     # ... and the judge's headline benchmark metric (label, key in an evaluation's metrics)
     judge_metric: tuple[str, str] = ("judge benchmark balanced accuracy", "bench/balanced_acc")
+
+    def judge_weight(self, cfg: Config) -> JudgeWeight:
+        """λ of this setting in `cfg`: its key (`judge_weight_key`) and value."""
+        return JudgeWeight.of(cfg, self.judge_weight_key)
 
     # ---- set-up (run scope)
     def seed(self, paths: RunPaths, cfg: Config) -> dict:

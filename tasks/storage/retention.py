@@ -14,20 +14,20 @@ import shutil
 from pathlib import Path
 
 from rla_core.errors import MissingFile
-from tasks.paths import ROLES, RunPaths, parse_iteration
+from tasks.paths import ROLES, RunPaths
 from tasks.storage.files import is_done, write_text
 from tasks.summaries import TrainSummary, read_summary
 
 PRUNED = "PRUNED"  # beside a deleted model/ folder: what deleted it and how to get it back
 
 
-def _trained_checkpoints(paths: RunPaths, k: int, role: str) -> list[Path]:
-    """`role`'s checkpoint folders written by the updates of iterations k, k-1, ..., 1 (newest first)."""
+def _trained_checkpoints(paths: RunPaths, k: int, role: str) -> list[tuple[int, Path]]:
+    """(iteration, checkpoint folder) of `role`'s updates in iterations k, k-1, ..., 1 (newest first)."""
     found = []
     for j in range(k, 0, -1):
         stage = paths.it(j).trained(role)
         if is_done(stage) and read_summary(stage, TrainSummary).trained:
-            found.append(paths.it(j).model(role))
+            found.append((j, paths.it(j).model(role)))
     return found
 
 
@@ -39,10 +39,9 @@ def prune_checkpoints(paths: RunPaths, k: int, keep: int, versioned: bool) -> li
     removed = []
     for role in ROLES:
         current = paths.model_dir(k + 1, role).resolve()
-        for model in _trained_checkpoints(paths, k, role)[keep:]:
+        for iteration, model in _trained_checkpoints(paths, k, role)[keep:]:
             if not model.is_dir() or model.resolve() == current:
                 continue
-            iteration = parse_iteration(model.parent.parent.name)
             how = (f"the run's DVC cache or remote holds it: `rla eval --run {paths.root} --iteration {iteration}` "
                    f"brings it back, as does `dvc pull {model.name}.dvc` in this folder"
                    if versioned else "it was not versioned (versioning.dvc: false): it is gone")
