@@ -147,6 +147,10 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
         cmd.add_argument("--prompts", type=int, default=32, help="real policy prompts (default 32)")
         cmd.add_argument("--new-tokens", type=int, default=6, help="tokens per completion (default 6)")
     parts.choices["engine"].add_argument("--repeats", type=int, default=5, help="timed calls (median; default 5)")
+    parts.choices["engine"].add_argument("--decode-attention", choices=("model", "matmul"), default=None,
+                                         help="our engine's attention for each new token (default: the run's "
+                                         "rollout.decode_attention; model = sdpa, matmul = rla_core's with the "
+                                         "prompt shared by its n samples)")
     step = parts.choices["step"]
     step.add_argument("--n", type=int, default=8, help="completions per prompt (default 8)")
     step.add_argument("--steps", type=int, default=4, help="steps per side; the first warms up (default 4)")
@@ -182,7 +186,7 @@ def _bench(args: argparse.Namespace) -> int:
         from rla_bench import engine
 
         engine.run(args.run, args.prompts, new_tokens=args.new_tokens, repeats=args.repeats, threads=args.threads,
-                   out=args.out)
+                   out=args.out, attention=args.decode_attention)
     elif args.part == "step":
         from rla_bench import step
 

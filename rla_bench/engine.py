@@ -26,7 +26,7 @@ import torch
 from rla_bench.common import counted_flops, decode_attention, load_role, machine, matmul_peak, median, \
     policy_prompts, print_table, require_run, seconds, torch_threads, write_result
 from rla_core.rollout.base import SamplingParams
-from rla_core.rollout.hf_engine import TransformersEngine, left_pad
+from rla_core.rollout.hf_engine import DECODE_ATTENTION, TransformersEngine, left_pad
 
 
 @dataclass
@@ -65,12 +65,16 @@ def plain_generate(model: Any, tokenizer: Any, prompts: list[list[int]], n: int,
 
 
 def run(run_dir: str, prompts: int = 32, ns: tuple[int, ...] = (1, 8), new_tokens: int = 6, repeats: int = 5,
-        threads: int | None = None, out: str | None = None) -> dict:
+        threads: int | None = None, out: str | None = None, attention: str | None = None) -> dict:
+    """`attention`: our engine's decode attention ("model" or "matmul"; None: the run's own)."""
     root = require_run(run_dir)
     torch_threads(threads)
     model, tokenizer = load_role(root, sampling=True)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    attention = decode_attention(root)
+    if attention is None:
+        attention = decode_attention(root)
+    elif attention not in DECODE_ATTENTION:
+        raise ValueError(f"unknown decode attention {attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
     prompt_ids, _, _ = policy_prompts(root, prompts, tokenizer, coding=True)
     lengths = [len(p) for p in prompt_ids]
     print(f"{len(prompt_ids)} real policy prompts of {min(lengths)}-{max(lengths)} tokens "

@@ -66,6 +66,17 @@ def test_engine_part_writes_its_table(prepared, tmp_path, capsys):
     assert "vs generate" in capsys.readouterr().out
 
 
+def test_engine_part_takes_the_decode_attention_from_the_command_line(prepared, tmp_path):
+    """The run's own is `model` (a tiny model): --decode-attention matmul overrides it, and the JSON says so."""
+    assert engine.decode_attention(require_run(prepared)) == "model"
+    out = tmp_path / "engine.json"
+    assert main(["bench", "engine", "--run", prepared, "--prompts", "2", "--new-tokens", "2", "--repeats", "1",
+                 "--decode-attention", "matmul", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["decode_attention"] == "matmul"
+    with pytest.raises(SystemExit):
+        main(["bench", "engine", "--run", prepared, "--decode-attention", "flash"])
+
+
 def test_group_advantages_by_hand():
     got = step.group_advantages([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], 3)
     # group 1: mean 2/3, population std sqrt(2)/3; group 2: mean 1/3, same std
