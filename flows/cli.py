@@ -168,6 +168,9 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
                                             help="the iteration timed (default 2: iteration 1 also pays one-time "
                                             "imports, e.g. Great Expectations' 3 s)")
     parts.choices["iteration"].add_argument("--no-flops", action="store_true", help="skip the FLOP-counting re-run")
+    parts.choices["iteration"].add_argument("--warm-start", default=None, metavar="RUN",
+                                            help="copy the seed, warm-start and baseline of RUN (same config) "
+                                            "instead of computing them")
     parts.choices["scaling"].add_argument("--axes", default=None,
                                           help="comma-separated subset of episodes,m,turns,width (default: all)")
     parts.choices["scaling"].add_argument("--base-tasks", type=int, default=16,
@@ -196,7 +199,7 @@ def _bench(args: argparse.Namespace) -> int:
         from rla_bench import iteration
 
         iteration.run(args.config or [str(QUICKSTART)], args.overrides, args.iteration, not args.no_flops,
-                      args.threads, args.workdir, args.keep, args.out)
+                      args.threads, args.workdir, args.keep, args.out, args.warm_start)
     elif args.part == "scaling":
         from rla_bench import scaling
 

@@ -3,6 +3,7 @@ it measured (the numbers themselves are not asserted: benchmarks are not timed t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -142,6 +143,26 @@ def test_iteration_part_counts_flops_of_the_timed_work(harness, tmp_path):  # no
     assert result["orchestration_seconds"] == pytest.approx(result["wall_seconds"] - compute)
     assert 0 < result["orchestration_share"] < 1
     assert not (tmp_path / "work").exists()  # scratch removed
+
+
+def test_iteration_part_copies_a_finished_warm_start_instead_of_computing_it(prepared, tmp_path):
+    from rla_core.errors import BadValue
+
+    work = tmp_path / "work"
+    result = iteration.run([], SHORT + ["run.name=bench-ws"], iteration=1, flops=False, workdir=str(work), keep=True,
+                           out=str(tmp_path / "iteration.json"), warm_start=prepared)
+    assert result["warm_start"] == prepared and result["stages"]["rollout"]["seconds"] > 0
+    copied, source = work / "timed" / "bench-ws", Path(prepared)
+    for rel in ("models/bootstrap/policy/model.safetensors", "baseline/_DONE", "seed/_DONE"):
+        assert (copied / rel).read_bytes() == (source / rel).read_bytes(), rel  # the source's, not recomputed
+    assert (copied / "iterations" / "iter_0001" / "COMPLETE").is_file()
+    with pytest.raises(BadValue, match="rollout.n") as refused:
+        iteration.run([], SHORT + ["run.name=bench-ws2", "rollout.n=3"], iteration=1, flops=False,
+                      workdir=str(tmp_path / "other"), keep=True, warm_start=prepared)
+    assert "warm start is not this config's" in str(refused.value)
+    assert not (tmp_path / "other" / "timed" / "bench-ws2" / "models").exists()  # nothing copied
+    with pytest.raises(BadValue, match="not a run folder"):
+        iteration.copy_warm_start(tmp_path, [], SHORT)
 
 
 def test_scaling_part_changes_one_setting_per_point(harness, tmp_path):  # noqa: F811
