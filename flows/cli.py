@@ -168,9 +168,10 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
                                             help="the iteration timed (default 2: iteration 1 also pays one-time "
                                             "imports, e.g. Great Expectations' 3 s)")
     parts.choices["iteration"].add_argument("--no-flops", action="store_true", help="skip the FLOP-counting re-run")
-    parts.choices["iteration"].add_argument("--warm-start", default=None, metavar="RUN",
-                                            help="copy the seed, warm-start and baseline of RUN (same config) "
-                                            "instead of computing them")
+    for name in ("iteration", "scaling"):
+        parts.choices[name].add_argument("--warm-start", default=None, metavar="RUN",
+                                         help="copy the seed, warm-start and baseline of RUN (same config) "
+                                         "instead of computing them")
     parts.choices["scaling"].add_argument("--axes", default=None,
                                           help="comma-separated subset of episodes,m,turns,width (default: all)")
     parts.choices["scaling"].add_argument("--base-tasks", type=int, default=16,
@@ -205,7 +206,7 @@ def _bench(args: argparse.Namespace) -> int:
 
         scaling.run(args.config or [str(QUICKSTART)], args.overrides,
                     args.axes.split(",") if args.axes else None, args.base_tasks, args.threads, args.workdir,
-                    args.keep, args.out)
+                    args.keep, args.out, warm_start=args.warm_start)
     return 0
 
 

@@ -9,6 +9,12 @@ copy's config and runs iteration 1 (no held-out evaluation). Axes:
   every point of this axis (the configured width too) uses freshly initialised models of that width;
   their episodes differ from the warm-started ones (mostly invalid answers, played to the horizon), so
   this axis is compared within itself only.
+  For a pretrained model (`models.*.path`) the axis is its depth instead: the warm-started policy and judge
+  keep their first L decoder blocks (and their own embedding, final norm and head), the rest dropped.
+  Their answers change too; the axis is again compared within itself only.
+The coding setting is single-turn: its m is the judge's unit tests per problem (coding.tests_per_problem),
+and its horizon axis is the program's length in tokens (rollout.max_new_tokens, axis `turns`).
+`--warm-start RUN` copies the warm start of a run with the same config (`rla bench iteration`).
 Per point: wall seconds, the stages' own seconds, the work done (episodes, policy steps, judge
 verdicts) and seconds per unit of that work relative to the axis's first point (1.00 = linear).
 """
@@ -31,6 +37,38 @@ AXES: dict[str, tuple[str, tuple[int, ...]]] = {
     "turns": ("rollout.max_steps", (3, 6, 12, 24)),
     "width": ("models.*.hidden_size", (48, 96, 192, 384)),
 }
+CODING_AXES = {**AXES, "m": ("coding.tests_per_problem", (2, 4, 8, 16)),
+               "turns": ("rollout.max_new_tokens", (16, 32, 64, 128))}
+LAYERS = ("models.*.num_hidden_layers", (6, 12, 18, 30))  # the width axis of a pretrained model: its depth
+UNITS = {"episodes": "episodes", "m": "judge_verdicts", "turns": "policy_steps", "width": "policy_steps"}
+CODING_UNITS = {**UNITS, "turns": "generated_tokens"}
+
+
+def axes_for(cfg: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The setting's axes: coding's m and horizon are its tests per problem and program length; a
+    pretrained model's width axis is its depth (LAYERS)."""
+    axes = dict(CODING_AXES if cfg.environment.name == "coding" else AXES)
+    if cfg.models.policy.path is not None or cfg.models.judge.path is not None:
+        axes["width"] = LAYERS
+    return axes
+
+
+def keep_layers(directory: Path, layers: int) -> None:
+    """Rewrite the model saved in `directory` with only its first `layers` decoder blocks."""
+    from rla_core.models.factory import load_pretrained, save_pretrained
+    from rla_core.training.trainable import decoder_layers
+
+    model, tokenizer = load_pretrained(directory)
+    blocks = decoder_layers(model)
+    if not 1 <= layers <= len(blocks):
+        from rla_core.errors import BadValue
+
+        raise BadValue(f"{directory}: cannot keep {layers} of its {len(blocks)} decoder blocks")
+    del blocks[layers:]
+    model.config.num_hidden_layers = layers
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = model.config.layer_types[:layers]
+    save_pretrained(model, tokenizer, directory)
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
@@ -72,6 +110,9 @@ def _point(base: Path, run_name: str, scratch: Path, key: str, value: int, cfg: 
         for role in ("policy", "judge"):
             tree["models"][role]["hidden_size"] = value
         _fresh_models(run_dir, cfg, value)
+    elif key == LAYERS[0]:
+        for role in ("policy", "judge"):
+            keep_layers(run_dir / "models" / "bootstrap" / role, value)
     else:
         _set(tree, key, value)
     config_file.write_text(yaml.safe_dump(tree, sort_keys=False))
@@ -80,9 +121,13 @@ def _point(base: Path, run_name: str, scratch: Path, key: str, value: int, cfg: 
     wall = time.perf_counter() - start
     trajectories = read_records(RunPaths.of(run_dir).it(1).trajectories, Trajectory)
     steps = sum(len(t.steps) for t in trajectories)
-    m = tree["judge"]["m"]
+    if tree["environment"]["name"] == "coding":  # one verdict per unit test the judge wrote
+        verdicts = len({t.task_id for t in trajectories}) * tree["coding"]["tests_per_problem"]
+    else:
+        verdicts = steps * tree["judge"]["m"]
     result = {"value": value, "wall_seconds": wall, "stages": stage_seconds(str(run_dir), 1),
-              "episodes": len(trajectories), "policy_steps": steps, "judge_verdicts": steps * m}
+              "episodes": len(trajectories), "policy_steps": steps, "judge_verdicts": verdicts,
+              "generated_tokens": sum(len(s.response_ids) for t in trajectories for s in t.steps)}
     if not keep:
         shutil.rmtree(point, ignore_errors=True)
     return result
@@ -90,23 +135,27 @@ def _point(base: Path, run_name: str, scratch: Path, key: str, value: int, cfg: 
 
 def run(configs: list[str], overrides: list[str], axes: list[str] | None = None, base_tasks: int = 16,
         threads: int | None = None, workdir: str | None = None, keep: bool = False, out: str | None = None,
-        values: dict[str, tuple[int, ...]] | None = None) -> dict:
+        values: dict[str, tuple[int, ...]] | None = None, warm_start: str | None = None) -> dict:
     """`values` replaces an axis's default sizes (axis name → sizes)."""
+    from rla_core.config import load_config
+
     torch_threads(threads)
+    sets = [*overrides, f"rollout.tasks_per_iteration={base_tasks}"]
+    table = axes_for(load_config(configs, sets))
     chosen = axes or list(AXES)
-    unknown = [a for a in chosen if a not in AXES]
+    unknown = [a for a in chosen if a not in table]
     if unknown:
         from rla_core.errors import BadValue
 
-        raise BadValue(f"unknown scaling axis {unknown}; choose from {', '.join(AXES)}")
+        raise BadValue(f"unknown scaling axis {unknown}; choose from {', '.join(table)}")
     scratch = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rla-bench-scaling-"))
     results: dict[str, list[dict]] = {}
     try:
         base = scratch / "base"
-        run_dir, cfg = prepare_scratch(configs, [*overrides, f"rollout.tasks_per_iteration={base_tasks}"], base, 1)
+        run_dir, cfg = prepare_scratch(configs, sets, base, 1, warm_start)
         run_name = Path(run_dir).name
         for axis in chosen:
-            key, sizes = AXES[axis]
+            key, sizes = table[axis]
             results[axis] = []
             for value in (values or {}).get(axis, sizes):
                 print(f"scaling {axis}: {key} = {value}")
@@ -116,7 +165,7 @@ def run(configs: list[str], overrides: list[str], axes: list[str] | None = None,
             shutil.rmtree(scratch, ignore_errors=True)
     rows = []
     for axis, points in results.items():
-        unit = {"episodes": "episodes", "m": "judge_verdicts", "turns": "policy_steps", "width": "policy_steps"}[axis]
+        unit = (CODING_UNITS if cfg.environment.name == "coding" else UNITS)[axis]
         first = points[0]["wall_seconds"] / max(points[0][unit], 1)
         for p in points:
             per_unit = p["wall_seconds"] / max(p[unit], 1)
@@ -125,10 +174,12 @@ def run(configs: list[str], overrides: list[str], axes: list[str] | None = None,
             rows.append([axis, p["value"], p["wall_seconds"], p["episodes"], p["policy_steps"], p["judge_verdicts"],
                          f"{1000 * per_unit:.1f} ms/{unit.rstrip('s').replace('_', ' ')}", f"{p['relative_to_first']:.2f}",
                          ", ".join(f"{n} {s:.1f}" for n, s in top)])
-    print_table(f"scaling: iteration 1, base K = {base_tasks} tasks × N = {cfg.rollout.n}; one setting changed per row",
+    print_table(f"scaling: iteration 1, base K = {base_tasks} tasks × N = {cfg.rollout.n}; one setting changed per row "
+                f"({', '.join(f'{a}: {table[a][0]}' for a in results)})",
                 ["axis", "value", "wall s", "episodes", "steps", "verdicts", "s per unit", "vs first", "largest stages (s)"],
                 rows)
     result = {"part": "scaling", "config": configs, "overrides": overrides, "base_tasks": base_tasks,
-              "machine": machine(), "axes": {a: {"key": AXES[a][0], "points": results[a]} for a in results}}
+              "machine": machine(), "warm_start": warm_start,
+              "axes": {a: {"key": table[a][0], "points": results[a]} for a in results}}
     write_result(out, Path("bench/results/scaling.json"), result)
     return result
