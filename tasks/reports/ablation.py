@@ -39,6 +39,9 @@ class RunResult:
     judge_metric: str = Setting.judge_metric[0]
     bench_mu: list[float] = field(default_factory=list)
     train_success: list[float] = field(default_factory=list)
+    # the judge on each iteration's rollouts (Setting.judge_train_metric), nan where the stage did not log it
+    train_judge: list[float] = field(default_factory=list)
+    train_judge_metric: str = Setting.judge_train_metric[0]
     policy_steps: float = 0.0  # optimizer steps of the policy, summed over iterations
     judge_steps: float = 0.0
     policy_samples: float = 0.0  # samples trained on, summed
@@ -65,6 +68,7 @@ def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
     result = RunResult(row, seed, str(run_dir), 0)
     setting = setting_for(load_run_config(paths.config)) if paths.config.is_file() else setting_for("household")
     result.judge_metric, judge_key = setting.judge_metric
+    result.train_judge_metric, train_judge_key = setting.judge_train_metric
     baseline = paths.baseline / "metrics.json"
     evaluations = [json.loads(baseline.read_text())] if baseline.is_file() else []
     result.evaluated = [0] if evaluations else []
@@ -75,6 +79,8 @@ def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
             evaluations.append(json.loads(metrics_file.read_text()))
             result.evaluated.append(k)
         result.train_success.append(_metric(read_summary(paths.stage(k, "rollout")), "rollout/success_rate"))
+        judged = read_summary(paths.stage(k, "judge")).metrics
+        result.train_judge.append(float(judged.get(train_judge_key, math.nan)))
         data_summary = read_summary(paths.stage(k, "data"))
         result.episodes += _metric(data_summary, "data/compute/episodes")
         result.tokens += _metric(data_summary, "data/compute/tokens")
@@ -117,6 +123,7 @@ def summary_markdown(results: list[RunResult], rows: list[str]) -> str:
             f"{_fmt([r.final for r in mine])} | {_fmt(gains, digits=1)} | {min(gains):+.1f} | "
             f"{_fmt(bal_before)} → {_fmt(bal_after)} | {_fmt(mu_after)} | {steps} |")
     lines += compute_table(results, rows)
+    lines += train_judge_table(results, rows)
     finals = {key: {r.seed: r.final for r in results if r.row == key and r.success} for key in rows}
     lines += ["", "Paired differences of final held-out success (same seed, same tasks), in points:", "",
               "| comparison | seeds | mean ± SE | per seed |", "|---|---|---|---|"]
@@ -124,6 +131,26 @@ def summary_markdown(results: list[RunResult], rows: list[str]) -> str:
         per_seed = ", ".join(f"{100 * d:+.1f}" for d in diffs)
         lines.append(f"| ({row}) − ({previous}) | {len(diffs)} | {_fmt(diffs, scale=100, digits=1)} | {per_seed} |")
     return "\n".join(lines) + "\n"
+
+
+def train_judge_table(results: list[RunResult], rows: list[str]) -> list[str]:
+    """Markdown lines: the judge's score on each iteration's own rollouts (Setting.judge_train_metric), mean
+    ± SE over the row's seeds per iteration: whether the judge improved while it trained. [] when no run
+    has it."""
+    curves = {key: [r.train_judge for r in results if r.row == key and r.train_judge] for key in rows}
+    length = max((len(c) for mine in curves.values() for c in mine), default=0)
+    if not length:
+        return []
+    label = " / ".join(sorted({r.train_judge_metric for r in results}))
+    lines = ["", f"{label[0].upper()}{label[1:]}, per iteration (mean ± SE over seeds; these are training "
+             "rollouts, not held-out):", "",
+             "| row | " + " | ".join(f"it {k}" for k in range(1, length + 1)) + " |",
+             "|---|" + "---|" * length]
+    for key, mine in curves.items():
+        if mine:
+            cells = [_fmt([c[k] for c in mine if k < len(c) and not math.isnan(c[k])]) for k in range(length)]
+            lines.append(f"| ({key}) {ROWS[key].label} | " + " | ".join(cells) + " |")
+    return lines
 
 
 COMPUTE_TOLERANCE = 0.05  # rolled-out episodes or optimizer steps further than this from the first row: flagged
@@ -169,7 +196,7 @@ def compute_table(results: list[RunResult], rows: list[str]) -> list[str]:
 def write_csv(path: Path, results: list[RunResult]) -> None:
     fields = ["row", "seed", "iterations", "baseline", "final", "evaluated", "success", "judge_metric", "judge_bench",
               "bench_mu",
-              "train_success", "policy_steps", "judge_steps", "policy_samples", "judge_samples", "episodes", "tokens",
+              "train_success", "train_judge_metric", "train_judge", "policy_steps", "judge_steps", "policy_samples", "judge_samples", "episodes", "tokens",
               "seconds", "run_dir"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
@@ -178,7 +205,7 @@ def write_csv(path: Path, results: list[RunResult]) -> None:
         for r in results:
             row = {k: v for k, v in asdict(r).items() if k in fields}
             row.update(baseline=r.baseline, final=r.final)
-            for key in ("success", "judge_bench", "bench_mu", "train_success"):
+            for key in ("success", "judge_bench", "bench_mu", "train_success", "train_judge"):
                 row[key] = " ".join(f"{v:.4f}" for v in row[key])
             row["evaluated"] = " ".join(str(k) for k in r.evaluated)
             writer.writerow(row)

@@ -50,6 +50,9 @@ class Setting:
     judge_weight_key = "reward.step_weight"
     # ... and the judge's headline benchmark metric (label, key in an evaluation's metrics)
     judge_metric: tuple[str, str] = ("judge benchmark balanced accuracy", "bench/balanced_acc")
+    # ... and the judge's score on each iteration's own rollouts (label, key in the judge stage's summary):
+    # μ = p₊ + p₋ against the oracle step labels in the games
+    judge_train_metric: tuple[str, str] = ("judge μ on the iteration's labelled steps", "judge/mu")
 
     def judge_weight(self, cfg: Config) -> JudgeWeight:
         """λ of this setting in `cfg`: its key (`judge_weight_key`) and value."""

@@ -177,6 +177,7 @@ class CodingSetting(Setting):
     episodic = False
     judge_weight_key = "coding.judge_test_weight"  # λ·(fraction of the judge's tests a program passes)
     judge_metric = ("judge benchmark UT accuracy", "bench/ut_accuracy")
+    judge_train_metric = ("judge UT accuracy on the iteration's programs", "judge/ut_accuracy")
     summary_rows = (
         ("held-out pass@1 (sampled)", "heldout/pass_at_1"),
         ("held-out pass@1 (greedy)", "heldout_greedy/pass_at_1"),
