@@ -3,12 +3,14 @@ the ablation's MLflow run, the summary files are written, and a re-run skips wha
 from __future__ import annotations
 
 import csv
+import math
 
 import pytest
 from mlflow import MlflowClient
 
 from flows.ablation import ablation
 from tasks.paths import RunPaths
+from tasks.summaries import read_summary
 from tasks.tracking.tracker import PARENT_TAG
 
 
@@ -46,6 +48,13 @@ def test_summary_files_and_mlflow_parent_with_a_child_per_run(finished):
     assert episodes["a"] == episodes["d"] == 4 * 8  # one budget: K tasks × N episodes in both rows
     assert [float(r["policy_steps"]) for r in rows] == [2.0, 2.0]
     assert sum("| yes |" in line for line in compute) == 2  # both rows at equal compute, not flagged
+    # the judge on each iteration's own steps, read from the run's judge stage (the games: μ = p₊ + p₋)
+    assert "Judge μ on the iteration's labelled steps, per iteration" in table
+    for r in rows:
+        judged = read_summary(RunPaths.of(result["root"]).root.joinpath(f"{r['row']}-seed0")
+                              .joinpath("iterations", "iter_0001", "judge")).metrics
+        assert r["train_judge_metric"] == "judge μ on the iteration's labelled steps"
+        assert float(r["train_judge"]) == pytest.approx(judged.get("judge/mu", math.nan), abs=1e-4, nan_ok=True)
     assert open(files["plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     uri = f"sqlite:///{result['root']}/mlflow.db"
     client = MlflowClient(uri)
