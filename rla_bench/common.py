@@ -22,8 +22,15 @@ def torch_threads(threads: int | None) -> int:
 
 
 def machine() -> dict[str, Any]:
+    """What a bench's numbers depend on: the CPU by name (the architecture alone does not tell an Intel Xeon
+    with AMX from an AMD EPYC), whether it multiplies bfloat16 natively, threads and versions."""
+    from rla_core.models.precision import cpu_has_native_bf16
+    from rla_core.numerics import cpu_model
+
     return {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "processor": platform.processor() or platform.machine(), "cuda": torch.cuda.is_available()}
+            "processor": platform.processor() or platform.machine(), "cpu_model": cpu_model(),
+            "cpu_native_bf16": cpu_has_native_bf16(), "aten_capability": torch.backends.cpu.get_cpu_capability(),
+            "cuda": torch.cuda.is_available()}
 
 
 def seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> list[float]:

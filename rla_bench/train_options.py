@@ -121,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         if base and "step_s" in row:
             row["step_vs_fp32_full"] = row["step_s"] / base["step_s"]
-    result = {"cpu": platform.processor() or platform.machine(), "setup": vars(args), "rows": rows}
+    from rla_bench.common import machine
+
+    result = {"cpu": platform.processor() or platform.machine(), "machine": machine(), "setup": vars(args),
+              "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

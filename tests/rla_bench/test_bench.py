@@ -73,7 +73,11 @@ def test_engine_part_takes_the_decode_attention_from_the_command_line(prepared, 
     out = tmp_path / "engine.json"
     assert main(["bench", "engine", "--run", prepared, "--prompts", "2", "--new-tokens", "2", "--repeats", "1",
                  "--decode-attention", "matmul", "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["decode_attention"] == "matmul"
+    written = json.loads(out.read_text())
+    assert written["decode_attention"] == "matmul"
+    from rla_core.numerics import cpu_model
+
+    assert written["machine"]["cpu_model"] == cpu_model() != ""  # which CPU the numbers come from, by name
     with pytest.raises(SystemExit):
         main(["bench", "engine", "--run", prepared, "--decode-attention", "flash"])
 
