@@ -37,20 +37,26 @@ AXES: dict[str, tuple[str, tuple[int, ...]]] = {
     "turns": ("rollout.max_steps", (3, 6, 12, 24)),
     "width": ("models.*.hidden_size", (48, 96, 192, 384)),
 }
-CODING_AXES = {**AXES, "m": ("coding.tests_per_problem", (2, 4, 8, 16)),
-               "turns": ("rollout.max_new_tokens", (16, 32, 64, 128))}
 LAYERS = ("models.*.num_hidden_layers", (6, 12, 18, 30))  # the width axis of a pretrained model: its depth
-UNITS = {"episodes": "episodes", "m": "judge_verdicts", "turns": "policy_steps", "width": "policy_steps"}
-CODING_UNITS = {**UNITS, "turns": "generated_tokens"}
 
 
 def axes_for(cfg: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """The setting's axes: coding's m and horizon are its tests per problem and program length; a
-    pretrained model's width axis is its depth (LAYERS)."""
-    axes = dict(CODING_AXES if cfg.environment.name == "coding" else AXES)
+    """The setting's axes (its own m and horizon: `Setting.scaling_axes`); a pretrained model's width axis
+    is its depth (LAYERS)."""
+    from tasks.settings import setting_for
+
+    axes = {**AXES, **setting_for(cfg).scaling_axes}
     if cfg.models.policy.path is not None or cfg.models.judge.path is not None:
         axes["width"] = LAYERS
     return axes
+
+
+def units_for(cfg: Any) -> dict[str, str]:
+    """The work each axis's seconds are divided by (a key of a point's counts)."""
+    from tasks.settings import setting_for
+
+    return {"episodes": "episodes", "m": "judge_verdicts", "turns": setting_for(cfg).horizon_unit,
+            "width": "policy_steps"}
 
 
 def keep_layers(directory: Path, layers: int) -> None:
@@ -96,8 +102,10 @@ def _fresh_models(run_dir: Path, cfg: Any, width: int) -> None:
 
 def _point(base: Path, run_name: str, scratch: Path, key: str, value: int, cfg: Any, keep: bool) -> dict:
     from flows.rl_iteration import rl_iteration
+    from rla_core.config import load_run_config
     from rla_core.schemas import Trajectory
     from tasks.paths import RunPaths
+    from tasks.settings import setting_for
     from tasks.storage.files import read_records
 
     point = scratch / f"{key.replace('.', '_').replace('*', 'x')}-{value}"
@@ -121,10 +129,8 @@ def _point(base: Path, run_name: str, scratch: Path, key: str, value: int, cfg: 
     wall = time.perf_counter() - start
     trajectories = read_records(RunPaths.of(run_dir).it(1).trajectories, Trajectory)
     steps = sum(len(t.steps) for t in trajectories)
-    if tree["environment"]["name"] == "coding":  # one verdict per unit test the judge wrote
-        verdicts = len({t.task_id for t in trajectories}) * tree["coding"]["tests_per_problem"]
-    else:
-        verdicts = steps * tree["judge"]["m"]
+    point_cfg = load_run_config(config_file)
+    verdicts = setting_for(point_cfg).judge_verdicts(point_cfg, trajectories)
     result = {"value": value, "wall_seconds": wall, "stages": stage_seconds(str(run_dir), 1),
               "episodes": len(trajectories), "policy_steps": steps, "judge_verdicts": verdicts,
               "generated_tokens": sum(len(s.response_ids) for t in trajectories for s in t.steps)}
@@ -165,7 +171,7 @@ def run(configs: list[str], overrides: list[str], axes: list[str] | None = None,
             shutil.rmtree(scratch, ignore_errors=True)
     rows = []
     for axis, points in results.items():
-        unit = (CODING_UNITS if cfg.environment.name == "coding" else UNITS)[axis]
+        unit = units_for(cfg)[axis]
         first = points[0]["wall_seconds"] / max(points[0][unit], 1)
         for p in points:
             per_unit = p["wall_seconds"] / max(p[unit], 1)

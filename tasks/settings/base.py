@@ -24,6 +24,7 @@ from tasks.paths import RunPaths
 from tasks.storage.files import write_json, write_text
 
 if TYPE_CHECKING:
+    from rla_core.schemas import Trajectory
     from rla_core.adaptation.cycle import AdaptReport
     from rla_core.adaptation.store import TaskStore
 
@@ -53,6 +54,15 @@ class Setting:
     # ... and the judge's score on each iteration's own rollouts (label, key in the judge stage's summary):
     # μ = p₊ + p₋ against the oracle step labels in the games
     judge_train_metric: tuple[str, str] = ("judge μ on the iteration's labelled steps", "judge/mu")
+    # `rla bench scaling`: the config key and sizes of its judge-count (m) and horizon (turns) axes, and what
+    # one unit of the horizon is (a key of a scaling point's counts)
+    scaling_axes: dict[str, tuple[str, tuple[int, ...]]] = {"m": ("judge.m", (1, 2, 3, 6)),
+                                                            "turns": ("rollout.max_steps", (3, 6, 12, 24))}
+    horizon_unit = "policy_steps"
+
+    def judge_verdicts(self, cfg: Config, trajectories: list[Trajectory]) -> int:
+        """The judge's verdicts in an iteration that rolled out `trajectories`: m per policy step."""
+        return sum(len(t.steps) for t in trajectories) * cfg.judge.m
 
     def judge_weight(self, cfg: Config) -> JudgeWeight:
         """λ of this setting in `cfg`: its key (`judge_weight_key`) and value."""

@@ -178,6 +178,14 @@ class CodingSetting(Setting):
     judge_weight_key = "coding.judge_test_weight"  # λ·(fraction of the judge's tests a program passes)
     judge_metric = ("judge benchmark UT accuracy", "bench/ut_accuracy")
     judge_train_metric = ("judge UT accuracy on the iteration's programs", "judge/ut_accuracy")
+    # single-turn: the judge's count is its tests per problem, the horizon the program's length
+    scaling_axes = {"m": ("coding.tests_per_problem", (2, 4, 8, 16)),
+                    "turns": ("rollout.max_new_tokens", (16, 32, 64, 128))}
+    horizon_unit = "generated_tokens"
+
+    def judge_verdicts(self, cfg: Config, trajectories: list[Trajectory]) -> int:
+        """One verdict per unit test: U tests for every problem rolled out."""
+        return len({t.task_id for t in trajectories}) * cfg.coding.tests_per_problem
     summary_rows = (
         ("held-out pass@1 (sampled)", "heldout/pass_at_1"),
         ("held-out pass@1 (greedy)", "heldout_greedy/pass_at_1"),

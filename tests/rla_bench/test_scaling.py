@@ -21,6 +21,24 @@ def test_each_setting_and_model_kind_gets_its_own_axes():
     assert coding["m"][0] == "coding.tests_per_problem" and coding["turns"][0] == "rollout.max_new_tokens"
     smol = scaling.axes_for(load_config(["configs/coding.yaml", "configs/smol_coding.yaml"], []))
     assert smol["width"] == scaling.LAYERS and smol["m"] == coding["m"]
+    assert scaling.units_for(load_config(["configs/coding.yaml"], []))["turns"] == "generated_tokens"
+    assert scaling.units_for(load_config(None, []))["turns"] == "policy_steps"
+
+
+def test_judge_verdicts_count_what_each_settings_judge_writes():
+    from rla_core.schemas import Step, Trajectory
+    from tasks.settings import setting_for
+
+    def trajectory(task: str, steps: int) -> Trajectory:
+        return Trajectory(task_id=task, slot_id=task, sample_index=0, goal="g", initial_observation="o", steps=[
+            Step(index=i, prompt_ids=[1], response_ids=[2], response_text="x", action="a", observation="o")
+            for i in range(steps)], success=False)
+
+    runs = [trajectory("t1", 3), trajectory("t1", 2), trajectory("t2", 1)]
+    games = load_config(None, ["judge.m=3"])
+    assert setting_for(games).judge_verdicts(games, runs) == 6 * 3  # m per policy step
+    coding = load_config(["configs/coding.yaml"], ["coding.tests_per_problem=5"])
+    assert setting_for(coding).judge_verdicts(coding, runs) == 2 * 5  # U per problem
 
 
 def test_keep_layers_cuts_a_pretrained_model_to_its_first_blocks(tmp_path):
