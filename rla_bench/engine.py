@@ -64,6 +64,15 @@ def plain_generate(model: Any, tokenizer: Any, prompts: list[list[int]], n: int,
                               eos_token_id=tokenizer.eos_token_id)
 
 
+def _attention(root: Path, chosen: str | None) -> str:
+    """The decode attention our engine runs with: `chosen`, else the run's own."""
+    if chosen is None:
+        return decode_attention(root)
+    if chosen not in DECODE_ATTENTION:
+        raise ValueError(f"unknown decode attention {chosen!r}; valid: {', '.join(DECODE_ATTENTION)}")
+    return chosen
+
+
 def run(run_dir: str, prompts: int = 32, ns: tuple[int, ...] = (1, 8), new_tokens: int = 6, repeats: int = 5,
         threads: int | None = None, out: str | None = None, attention: str | None = None) -> dict:
     """`attention`: our engine's decode attention ("model" or "matmul"; None: the run's own)."""
@@ -71,10 +80,7 @@ def run(run_dir: str, prompts: int = 32, ns: tuple[int, ...] = (1, 8), new_token
     torch_threads(threads)
     model, tokenizer = load_role(root, sampling=True)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    if attention is None:
-        attention = decode_attention(root)
-    elif attention not in DECODE_ATTENTION:
-        raise ValueError(f"unknown decode attention {attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
+    attention = _attention(root, attention)
     prompt_ids, _, _ = policy_prompts(root, prompts, tokenizer, coding=True)
     lengths = [len(p) for p in prompt_ids]
     print(f"{len(prompt_ids)} real policy prompts of {min(lengths)}-{max(lengths)} tokens "

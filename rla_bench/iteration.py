@@ -124,6 +124,15 @@ def run(configs: list[str], overrides: list[str], iteration: int = 2, flops: boo
     finally:
         if not keep:
             shutil.rmtree(base, ignore_errors=True)
+    result = _report(configs, overrides, iteration, cfg, wall, seconds, counts, peak)
+    result["warm_start"] = warm_start
+    write_result(out, Path("bench/results/iteration.json"), result)
+    return result
+
+
+def _report(configs: list[str], overrides: list[str], iteration: int, cfg: Any, wall: float,
+            seconds: dict[str, float], counts: dict[str, int], peak: dict[str, float]) -> dict:
+    """Print the stage table (seconds, FLOPs, rates against the fp32 and bf16 peaks); return the result."""
     from tasks.pipeline import ITERATION
 
     bookkeeping = {s.name for s in ITERATION if s.bookkeeping}
@@ -152,7 +161,6 @@ def run(configs: list[str], overrides: list[str], iteration: int = 2, flops: boo
     result = {"part": "iteration", "config": configs, "overrides": overrides, "iteration": iteration,
               "machine": machine(), "wall_seconds": wall, "compute_seconds": compute,
               "orchestration_seconds": overhead, "orchestration_share": overhead / wall, "stages": stages,
-              "dtype": dtype, "warm_start": warm_start,
+              "dtype": dtype,
               "matmul_peak_gflops": peak}
-    write_result(out, Path("bench/results/iteration.json"), result)
     return result
