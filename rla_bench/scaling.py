@@ -31,12 +31,9 @@ import yaml
 from rla_bench.common import machine, print_table, torch_threads, write_result
 from rla_bench.iteration import prepare_scratch, stage_seconds
 
-AXES: dict[str, tuple[str, tuple[int, ...]]] = {
-    "episodes": ("rollout.tasks_per_iteration", (8, 16, 32, 64)),
-    "m": ("judge.m", (1, 2, 3, 6)),
-    "turns": ("rollout.max_steps", (3, 6, 12, 24)),
-    "width": ("models.*.hidden_size", (48, 96, 192, 384)),
-}
+# the setting-independent axes; m and turns are the setting's own (`Setting.scaling_axes`)
+EPISODES = ("rollout.tasks_per_iteration", (8, 16, 32, 64))
+WIDTH = ("models.*.hidden_size", (48, 96, 192, 384))
 LAYERS = ("models.*.num_hidden_layers", (6, 12, 18, 30))  # the width axis of a pretrained model: its depth
 
 
@@ -45,10 +42,8 @@ def axes_for(cfg: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     is its depth (LAYERS)."""
     from tasks.settings import setting_for
 
-    axes = {**AXES, **setting_for(cfg).scaling_axes}
-    if cfg.models.policy.path is not None or cfg.models.judge.path is not None:
-        axes["width"] = LAYERS
-    return axes
+    pretrained = cfg.models.policy.path is not None or cfg.models.judge.path is not None
+    return {"episodes": EPISODES, **setting_for(cfg).scaling_axes, "width": LAYERS if pretrained else WIDTH}
 
 
 def units_for(cfg: Any) -> dict[str, str]:
@@ -148,7 +143,7 @@ def run(configs: list[str], overrides: list[str], axes: list[str] | None = None,
     torch_threads(threads)
     sets = [*overrides, f"rollout.tasks_per_iteration={base_tasks}"]
     table = axes_for(load_config(configs, sets))
-    chosen = axes or list(AXES)
+    chosen = axes or list(table)
     unknown = [a for a in chosen if a not in table]
     if unknown:
         from rla_core.errors import BadValue

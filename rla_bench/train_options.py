@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import statistics
 import subprocess
@@ -62,9 +61,9 @@ def _one(model_name: str, option: str, batch: int, tokens: int, steps: int, thre
         if getattr(tokenizer, "chat_template", None) else TEXT * 4
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     rows = torch.tensor([(ids[i:] + ids[:i])[:tokens] for i in range(batch)])
+    cut = tokens - tokens // 4  # the response: the last quarter
     labels = rows.clone()
-    labels[:, : tokens - tokens // 4] = -100  # the response: the last quarter
-    cut = tokens - tokens // 4
+    labels[:, :cut] = -100
     batch_of_pairs = collate([_Pair(row[:cut].tolist(), row[cut:].tolist()) for row in rows])
 
     def loss_of() -> torch.Tensor:
@@ -123,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             row["step_vs_fp32_full"] = row["step_s"] / base["step_s"]
     from rla_bench.common import machine
 
-    result = {"cpu": platform.processor() or platform.machine(), "machine": machine(), "setup": vars(args),
-              "rows": rows}
+    result = {"machine": machine(), "setup": vars(args), "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
