@@ -34,7 +34,9 @@ def _counted(body: Callable, name: str, flops: dict[str, int]) -> Callable:
     return run
 
 
-WARM_START_FREE = ("run.name", "run.eval_every", "tracking", "versioning")  # may differ from --warm-start's run
+# may differ from --warm-start's run: naming, logging, and rollout.drop_finished, which only decides whether
+# ended rows keep being decoded (the bench compares an iteration with it on and off on one warm start)
+WARM_START_FREE = ("run.name", "run.eval_every", "tracking", "versioning", "rollout.drop_finished")
 
 
 def copy_warm_start(source: str | Path, configs: list[str], sets: list[str]) -> list[str]:
@@ -110,6 +112,8 @@ def run(configs: list[str], overrides: list[str], iteration: int = 2, flops: boo
         wall = time.perf_counter() - start
         seconds = stage_seconds(run_dir, iteration)
         counts: dict[str, int] = {}
+        if not keep:  # a SmolLM2 run folder holds ~15 GB of checkpoints and their DVC copies: one at a time
+            shutil.rmtree(timed_root, ignore_errors=True)
         if flops:
             print(f"iteration {iteration}: the same iteration again, counting FLOPs")
             originals = {s.name: s.body for s in ITERATION}

@@ -172,6 +172,13 @@ class RolloutConfig(_Section):
         "1.9x faster decode steps for SmolLM2 in bfloat16, other samples); auto = matmul for pretrained models, "
         "model for the tiny ones. Runs written before this key existed used model")
 
+    drop_finished: Literal["auto"] | bool = Field(
+        "auto", description="the transformers engine drops rows that have ended from the decode batch once a "
+        "quarter of them has (a chunk stops decoding every row until its longest one ends): true; false; auto = on "
+        "where the model computes in bfloat16, where it gives the same ids and log-probs to the bit (measured on "
+        "SmolLM2), off in float32, where smaller matmuls round otherwise. Runs written before this key existed "
+        "used false")
+
     def decode_attention_for(self, pretrained: bool) -> str:
         if self.decode_attention == "auto":
             return "matmul" if pretrained else "model"
@@ -599,7 +606,8 @@ def _config_from_tree(tree: dict[str, Any], overrides: list[str] | None) -> Conf
 # Keys added after run folders were first written, with the value that every run written before them used.
 # A run's config.yaml holds every key (config_to_yaml), so a run config without such a key predates it.
 LEGACY_VALUES: dict[str, Any] = {"rollout.sampler": "multinomial", "rollout.candidates": "on_top",
-                                  "rollout.decode_attention": "model", "train.stop_gradient": False}
+                                  "rollout.decode_attention": "model", "train.stop_gradient": False,
+                                  "rollout.drop_finished": False}
 
 
 def load_run_config(path: str | Path, overrides: list[str] | None = None) -> Config:

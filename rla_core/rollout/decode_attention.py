@@ -35,15 +35,32 @@ _registered = False
 @dataclass(frozen=True)
 class SharedPrefix:
     """Keys (or values) of B prompts × n samples: the prompt's positions once per prompt, then each
-    sample's own generated positions. Row b·n + j of the batch is sample j of prompt b."""
+    sample's own generated positions. Row b·n + j of the batch is sample j of prompt b.
+
+    `rows` (None: all B·n): the decode dropped finished samples, and `own` holds only the rows at these
+    places of the B·n. The prompt part is still computed over all B·n places (the dropped ones as zeros),
+    so every kept row's prompt sums come out of the same matmul shapes, bit for bit."""
 
     prefix: torch.Tensor  # [B, Hkv, P, D]
-    own: torch.Tensor  # [B·n, Hkv, t, D]
+    own: torch.Tensor  # [B·n, Hkv, t, D], or [len(rows), Hkv, t, D]
     repeats: int
+    rows: torch.Tensor | None = None
 
     def materialize(self) -> torch.Tensor:
-        """The [B·n, Hkv, P + t, D] tensor that an unshared cache would hold."""
-        return torch.cat([self.prefix.repeat_interleave(self.repeats, dim=0), self.own], dim=2)
+        """The [rows, Hkv, P + t, D] tensor that an unshared cache would hold."""
+        prefix = self.prefix.repeat_interleave(self.repeats, dim=0)
+        if self.rows is not None:
+            prefix = prefix.index_select(0, self.rows)
+        return torch.cat([prefix, self.own], dim=2)
+
+
+def _on_prompts(x: torch.Tensor, prefix: torch.Tensor, repeats: int, rows: torch.Tensor | None) -> torch.Tensor:
+    """x [rows, Hkv, G, X] @ prefix [B, Hkv, X, Y] with each row against its prompt, the n samples of a
+    prompt stacked into one matmul; dropped rows (`rows` given) take part as zeros and are cut after."""
+    if rows is not None:
+        x = x.new_zeros((prefix.shape[0] * repeats, *x.shape[1:])).index_copy_(0, rows, x)
+    out = _by_sample(torch.matmul(_by_prompt(x, repeats), prefix), repeats)
+    return out if rows is None else out.index_select(0, rows)
 
 
 def _by_prompt(x: torch.Tensor, repeats: int) -> torch.Tensor:
@@ -63,14 +80,15 @@ def _by_sample(x: torch.Tensor, repeats: int) -> torch.Tensor:
 
 def _shared_scores_and_sum(grouped: torch.Tensor, key: SharedPrefix, value: SharedPrefix, mask: torch.Tensor | None,
                            scale: float) -> torch.Tensor:
-    """Grouped queries [B·n, Hkv, G, D] over a shared prompt part and per-sample generated part."""
+    """Grouped queries [B·n (or the kept rows), Hkv, G, D] over a shared prompt part and per-sample
+    generated part."""
     n, prompt_length = key.repeats, key.prefix.shape[2]
-    prefix_scores = _by_sample(torch.matmul(_by_prompt(grouped, n), key.prefix.transpose(-1, -2)), n)
+    prefix_scores = _on_prompts(grouped, key.prefix.transpose(-1, -2), n, key.rows)
     own_scores = torch.matmul(grouped, key.own.transpose(-1, -2))
     scores = torch.cat([prefix_scores, own_scores], dim=-1).float() * scale  # [B·n, Hkv, G, P + t]
     probs = _masked_softmax(scores, mask).to(value.own.dtype)
     prefix_probs, own_probs = probs[..., :prompt_length], probs[..., prompt_length:]
-    prefix_out = _by_sample(torch.matmul(_by_prompt(prefix_probs, n), value.prefix), n)
+    prefix_out = _on_prompts(prefix_probs, value.prefix, n, key.rows)
     return prefix_out + torch.matmul(own_probs, value.own)
 
 

@@ -1,6 +1,7 @@
 """The transformers rollout backend: batched sampling with a KV cache over left-padded prompts.
 
-All prompts of a chunk decode together; finished rows keep emitting pad tokens that are discarded.
+All prompts of a chunk decode together; once a quarter of the rows has ended, the ended rows leave the
+batch (`drop_finished`), and until then they emit pad tokens that are discarded.
 A hand-written decode loop (instead of `model.generate`) keeps the exact ids and their log-probs and
 avoids per-call overhead that dominates for tiny models.
 """
@@ -32,7 +33,9 @@ class PreallocatedLayer(DynamicLayer):
         # share_prompt: `batch_repeat_interleave(n)` keeps the prompt's positions once per prompt, and the
         # attention reads them as a `SharedPrefix` (only rla_core/rollout/decode_attention.py can)
         self.share_prompt = share_prompt
+        self.shared = False  # the prompt's positions are held apart from the generated ones
         self.repeats, self.prompt_length = 1, 0
+        self.rows: torch.Tensor | None = None  # a shared prompt's kept rows among its samples (SharedPrefix)
         self.length = 0
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
@@ -44,7 +47,7 @@ class PreallocatedLayer(DynamicLayer):
         end = self.length + key_states.shape[-2]
         if end > self.capacity:
             raise RuntimeError(f"KV cache of {self.capacity} positions cannot hold {end}")
-        if self.repeats > 1:  # a shared prompt: new positions are each sample's own
+        if self.shared:  # a shared prompt: new positions are each sample's own
             start, self.length = self.length - self.prompt_length, end
             stop = end - self.prompt_length
             self._own_keys[:, :, start:stop] = key_states
@@ -76,9 +79,9 @@ class PreallocatedLayer(DynamicLayer):
             self._keys = self._keys.repeat_interleave(repeats, dim=0)
             self._values = self._values.repeat_interleave(repeats, dim=0)
         else:
-            if self.repeats > 1:
+            if self.shared:
                 raise RuntimeError("the prompt of this cache is shared already")
-            self.repeats, self.prompt_length = repeats, self.length
+            self.shared, self.repeats, self.prompt_length = True, repeats, self.length
             self._keys = self._keys[:, :, :self.length].clone()  # contiguous, once per prompt
             self._values = self._values[:, :, :self.length].clone()
             rows, heads, _, dim = self._keys.shape
@@ -87,16 +90,38 @@ class PreallocatedLayer(DynamicLayer):
             self._own_values = self._values.new_empty((rows * repeats, heads, left, self._values.shape[-1]))
         self._expose()
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only the batch rows `indices` (the decode drops finished rows): their filled positions are
+        copied into buffers of the same capacity. A shared prompt stays as it is, once per prompt; the
+        cache remembers where the kept rows stand among all the prompts' samples (`SharedPrefix.rows`)."""
+        if self._keys is None:
+            return
+        if not self.shared:
+            self._keys, self._values = (_rows(t, indices, self.length) for t in (self._keys, self._values))
+        else:
+            own = self.length - self.prompt_length
+            self._own_keys, self._own_values = (_rows(t, indices, own) for t in (self._own_keys, self._own_values))
+            self.rows = indices if self.rows is None else self.rows.index_select(0, indices)
+        self._expose()
+
     def _expose(self) -> None:
         """`keys`/`values` (what transformers' own cache methods read): views of the filled positions, or
         `SharedPrefix`es of the prompt and the generated positions once the prompt is shared."""
-        if self.repeats > 1:
+        if self.shared:
             own = self.length - self.prompt_length
-            self.keys = decode_attention_module.SharedPrefix(self._keys, self._own_keys[:, :, :own], self.repeats)
+            self.keys = decode_attention_module.SharedPrefix(self._keys, self._own_keys[:, :, :own], self.repeats,
+                                                             self.rows)
             self.values = decode_attention_module.SharedPrefix(self._values, self._own_values[:, :, :own],
-                                                               self.repeats)
+                                                               self.repeats, self.rows)
             return
         self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+
+
+def _rows(buffer: torch.Tensor, indices: torch.Tensor, filled: int) -> torch.Tensor:
+    """A buffer of `buffer`'s capacity holding the first `filled` positions of rows `indices`."""
+    kept = buffer.new_empty((len(indices), *buffer.shape[1:]))
+    kept[:, :, :filled] = buffer[indices, :, :filled]
+    return kept
 
 
 def preallocated_cache(model: Any, capacity: int, store_dtype: torch.dtype | None = None,
@@ -117,7 +142,8 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
     return ids, mask
 
 
-def sample_rows(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def sample_rows(weights: torch.Tensor, generator: torch.Generator, rows: torch.Tensor | None = None,
+                batch: int | None = None) -> torch.Tensor:
     """One index per row of `weights` [B, V] (≥ 0, every row with a positive sum), drawn with probability
     proportional to the weights, by inverting the row's cumulative sum with one uniform draw.
 
@@ -126,23 +152,32 @@ def sample_rows(weights: torch.Tensor, generator: torch.Generator) -> torch.Tens
     cumulative sum is strictly above u·total, u in [0, 1): a zero weight is never drawn (its sum equals its
     predecessor's), and u·total < total in round-to-nearest float arithmetic, so an index always exists. A
     weight under half a float32 ulp of the running sum (relative 6e-8) is absorbed and cannot be drawn.
+
+    `rows`: the places of `weights`' rows in a batch of `batch` rows whose other rows were dropped; the
+    whole batch's uniforms are drawn and these rows' ones used, so each row draws what it would have drawn
+    in the full batch.
     """
     cdf = weights.cumsum(dim=-1)
     total = cdf[:, -1:]
-    uniform = torch.rand(total.shape, generator=generator, device=weights.device, dtype=weights.dtype)
+    shape = total.shape if rows is None else (batch, 1)
+    uniform = torch.rand(shape, generator=generator, device=weights.device, dtype=weights.dtype)
+    if rows is not None:
+        uniform = uniform.index_select(0, rows)
     return torch.searchsorted(cdf, uniform * total, right=True).squeeze(-1)
 
 
 SAMPLERS = ("inverse_cdf", "multinomial")
 DECODE_ATTENTION = ("model", "matmul")
+DROP_FINISHED = ("auto", True, False)
 
 
-def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator, sampler: str = "inverse_cdf"
-          ) -> tuple[torch.Tensor, torch.Tensor]:
+def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator, sampler: str = "inverse_cdf",
+          rows: torch.Tensor | None = None, batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Next token per row and its log-prob under the model (temperature 1), logits [B, V].
 
     sampler "inverse_cdf": `sample_rows`; "multinomial": torch.multinomial over the softmax, the draws of
-    runs made before `rollout.sampler` existed (same distribution, other random numbers)."""
+    runs made before `rollout.sampler` existed (same distribution, other random numbers). `rows`, `batch`:
+    as for `sample_rows` (inverse_cdf only)."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     if temperature <= 0:
         token = logprobs.argmax(dim=-1)
@@ -151,32 +186,38 @@ def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator, 
         token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     else:
         scaled = logprobs if temperature == 1 else torch.log_softmax(logits.float() / temperature, dim=-1)
-        token = sample_rows(scaled.exp(), generator)
+        token = sample_rows(scaled.exp(), generator, rows, batch)
     return token, logprobs.gather(-1, token[:, None]).squeeze(-1)
 
 
 @torch.no_grad()
 def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
-                 generator: torch.Generator, sampler: str = "inverse_cdf", decode_attention: str = "model"
-                 ) -> list[tuple[list[int], list[float]]]:
+                 generator: torch.Generator, sampler: str = "inverse_cdf", decode_attention: str = "model",
+                 drop_finished: bool = False) -> list[tuple[list[int], list[float]]]:
     """Decode up to max_new_tokens for params.n samples of every prompt; returns (ids, logprobs) per
     sample, grouped by prompt. The prompt is prefilled once and its KV cache repeated n times; the cache
     is allocated once for prompt + max_new_tokens positions (`PreallocatedLayer`).
 
     decode_attention "model": every forward attends with the model's own attention function; "matmul":
     the decode steps attend with rla_core/rollout/decode_attention.py over a float32 cache that holds the
-    prompt once for its n samples (the prefill is unchanged)."""
+    prompt once for its n samples (the prefill is unchanged).
+
+    drop_finished: once a quarter of the decoded rows has said eos, those rows leave the batch (their
+    cache rows too), so a chunk no longer decodes every row until its longest one ends. Each remaining
+    row draws the uniform number it would have drawn in the full batch; with the multinomial sampler,
+    whose draws depend on the batch, rows are not dropped."""
     if decode_attention not in DECODE_ATTENTION:
         raise ValueError(f"unknown decode_attention {decode_attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
     if decode_attention == "matmul" and decode_attention_module.supported(model):
         with decode_attention_module.using(model):
-            return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, torch.float32, True)
-    return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, None)
+            return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, torch.float32, True,
+                                 drop_finished)
+    return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, None, False, drop_finished)
 
 
 def _sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
                   generator: torch.Generator, sampler: str, store_dtype: torch.dtype | None,
-                  share_prompt: bool = False) -> list[tuple[list[int], list[float]]]:
+                  share_prompt: bool = False, drop_finished: bool = False) -> list[tuple[list[int], list[float]]]:
     device = next(model.parameters()).device
     ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -190,24 +231,37 @@ def _sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, 
         cache.batch_repeat_interleave(params.n)
         logits, mask, positions = (t.repeat_interleave(params.n, dim=0) for t in (logits, mask, positions))
     next_pos = positions[:, -1] + 1
-    finished = torch.zeros(len(prompts) * params.n, dtype=torch.bool, device=device)
-    tokens: list[torch.Tensor] = []
-    token_logprobs: list[torch.Tensor] = []
-    for _ in range(params.max_new_tokens):
-        token, logprob = _pick(logits, params.temperature, generator, sampler)
+    batch = len(prompts) * params.n
+    # dropping rows keeps every draw only where a row's draw does not depend on the others (not multinomial)
+    drop = drop_finished and (sampler != "multinomial" or params.temperature <= 0)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    rows: torch.Tensor | None = None  # the decoded rows' places in the batch once finished rows were dropped
+    tokens = torch.full((batch, params.max_new_tokens), pad_id, dtype=torch.long, device=device)
+    token_logprobs = torch.zeros((batch, params.max_new_tokens), dtype=torch.float32, device=device)
+    steps = 0
+    for step in range(params.max_new_tokens):
+        token, logprob = _pick(logits, params.temperature, generator, sampler, rows, batch)
         token = torch.where(finished, torch.full_like(token, pad_id), token)
-        tokens.append(token)
-        token_logprobs.append(logprob)
+        place = slice(None) if rows is None else rows
+        tokens[place, step], token_logprobs[place, step] = token, logprob
+        steps = step + 1
         finished |= token == eos_id
         if bool(finished.all()):
             break
+        if drop and len(finished) > 2 and 4 * int(finished.sum()) >= len(finished):  # a quarter done
+            live = (~finished).nonzero().squeeze(1)
+            if len(live) == 1:  # a one-row matmul rounds otherwise (oneDNN, bf16): keep a finished row beside it
+                live = torch.cat([live, finished.nonzero()[:1, 0]]).sort().values
+            cache.batch_select_indices(live)
+            rows = live if rows is None else rows.index_select(0, live)
+            token, mask, next_pos, finished = (t.index_select(0, live) for t in (token, mask, next_pos, finished))
         # Finished rows feed pads that nothing reads; their mask value does not matter.
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
         out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
                     past_key_values=cache, use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1, :]
         next_pos = next_pos + 1
-    return _strip(torch.stack(tokens, dim=1), torch.stack(token_logprobs, dim=1), eos_id)
+    return _strip(tokens[:, :steps], token_logprobs[:, :steps], eos_id)
 
 
 def _strip(tokens: torch.Tensor, logprobs: torch.Tensor, eos_id: int) -> list[tuple[list[int], list[float]]]:
@@ -223,12 +277,15 @@ class TransformersEngine:
     """Rollout engine over an in-memory transformers causal LM."""
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, sampler: str = "inverse_cdf",
-                 decode_attention: str = "model") -> None:
+                 decode_attention: str = "model", drop_finished: str | bool = "auto") -> None:
         if sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler {sampler!r}; valid: {', '.join(SAMPLERS)}")
         if decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"unknown decode_attention {decode_attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
+        if drop_finished not in DROP_FINISHED:
+            raise ValueError(f"unknown drop_finished {drop_finished!r}; valid: auto, True, False")
         self.decode_attention = decode_attention
+        self.drop_finished = drop_finished
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -236,6 +293,12 @@ class TransformersEngine:
 
     def load_weights(self, model: Any) -> None:
         self.model = model
+
+    def _drops(self) -> bool:
+        """`drop_finished` resolved: auto = where the model computes in bfloat16."""
+        if self.drop_finished == "auto":
+            return next(self.model.parameters()).dtype == torch.bfloat16
+        return self.drop_finished is True
 
     def generate(self, prompts: list[list[int]], params: SamplingParams,
                  progress: Callable[[int], None] | None = None) -> list[Generation]:
@@ -253,7 +316,7 @@ class TransformersEngine:
         for start in range(0, len(order), per_chunk):
             chunk = order[start:start + per_chunk]
             decoded = sample_batch(self.model, [prompts[i] for i in chunk], params, eos_id, pad_id, generator,
-                                   self.sampler, self.decode_attention)
+                                   self.sampler, self.decode_attention, self._drops())
             for row, (ids, logprobs) in enumerate(decoded):
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 results[chunk[row // params.n]].append(Generation(token_ids=ids, text=text, logprobs=logprobs))
@@ -265,6 +328,7 @@ class TransformersEngine:
 
 @register_engine("transformers")
 def make_transformers_engine(model: Any, tokenizer: Any, batch_size: int = 64, sampler: str = "inverse_cdf",
-                             decode_attention: str = "model", **_: Any) -> TransformersEngine:
+                             decode_attention: str = "model", drop_finished: str | bool = "auto", **_: Any
+                             ) -> TransformersEngine:
     return TransformersEngine(model, tokenizer, batch_size=batch_size, sampler=sampler,
-                              decode_attention=decode_attention)
+                              decode_attention=decode_attention, drop_finished=drop_finished)

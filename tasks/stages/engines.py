@@ -51,7 +51,7 @@ def engine_for(cfg: Config, run_root: Path, role: str, model_dir: Path, batch_si
         model = for_sampling(model, cfg.models.compute_dtype(role))
         attention = cfg.rollout.decode_attention_for(getattr(cfg.models, role).path is not None)
         return factory(model, tokenizer, batch_size=batch_size, sampler=cfg.rollout.sampler,
-                       decode_attention=attention), tokenizer
+                       decode_attention=attention, drop_finished=cfg.rollout.drop_finished), tokenizer
     key, live = _key(cfg, run_root, batch_size), _LIVE.get(role)
     if live is not None and live.key == key:
         if Path(model_dir).resolve() != live.model_dir:
