@@ -35,7 +35,9 @@ CASES = [SamplingParams(40, 1.0, seed=3, n=4), SamplingParams(40, 1.0, seed=5), 
 
 
 def _row_independent_bf16_matmuls(model) -> bool:
-    """Whether this platform's bfloat16 matmuls give a row the same bits in a batch of 2-16 rows."""
+    """Whether this platform's kernels give a row the same bits in a batch of 2-16 rows: the bfloat16
+    `linear`s, bfloat16 sdpa over a padded cache (the model's attention) and float32 batched matmuls (the
+    matmul attention's own part)."""
     torch.manual_seed(7)
     for layer in model.model.layers[:1]:
         for weight in (layer.self_attn.q_proj.weight, layer.mlp.down_proj.weight, model.lm_head.weight):
@@ -43,7 +45,19 @@ def _row_independent_bf16_matmuls(model) -> bool:
             full = F.linear(x, weight)
             if any(not torch.equal(full[:rows], F.linear(x[:rows], weight)) for rows in range(2, 16)):
                 return False
-    return True
+    query = torch.randn(16, 6, 1, 8, dtype=torch.bfloat16)
+    key, value = (torch.randn(16, 2, 20, 8, dtype=torch.bfloat16) for _ in range(2))
+    mask = torch.ones(16, 1, 1, 20, dtype=torch.bool)
+    mask[::3, :, :, :4] = False
+
+    def sdpa(rows):
+        return F.scaled_dot_product_attention(query[:rows], key[:rows], value[:rows], attn_mask=mask[:rows],
+                                              enable_gqa=True)
+
+    grouped, own = torch.randn(16, 2, 3, 8), torch.randn(16, 2, 8, 20)
+    full_sdpa, full_bmm = sdpa(16), torch.matmul(grouped, own)
+    return all(torch.equal(full_sdpa[:rows], sdpa(rows)) and torch.equal(full_bmm[:rows],
+               torch.matmul(grouped[:rows], own[:rows])) for rows in range(2, 16))
 
 
 def test_dropping_rows_changes_no_sample_in_bfloat16(monkeypatch):
