@@ -33,7 +33,6 @@ class PreallocatedLayer(DynamicLayer):
         # share_prompt: `batch_repeat_interleave(n)` keeps the prompt's positions once per prompt, and the
         # attention reads them as a `SharedPrefix` (only rla_core/rollout/decode_attention.py can)
         self.share_prompt = share_prompt
-        self.shared = False  # the prompt's positions are held apart from the generated ones
         self.repeats, self.prompt_length = 1, 0
         self.rows: torch.Tensor | None = None  # a shared prompt's kept rows among its samples (SharedPrefix)
         self.length = 0
@@ -47,7 +46,7 @@ class PreallocatedLayer(DynamicLayer):
         end = self.length + key_states.shape[-2]
         if end > self.capacity:
             raise RuntimeError(f"KV cache of {self.capacity} positions cannot hold {end}")
-        if self.shared:  # a shared prompt: new positions are each sample's own
+        if self.repeats > 1:  # a shared prompt: new positions are each sample's own
             start, self.length = self.length - self.prompt_length, end
             stop = end - self.prompt_length
             self._own_keys[:, :, start:stop] = key_states
@@ -79,9 +78,9 @@ class PreallocatedLayer(DynamicLayer):
             self._keys = self._keys.repeat_interleave(repeats, dim=0)
             self._values = self._values.repeat_interleave(repeats, dim=0)
         else:
-            if self.shared:
+            if self.repeats > 1:
                 raise RuntimeError("the prompt of this cache is shared already")
-            self.shared, self.repeats, self.prompt_length = True, repeats, self.length
+            self.repeats, self.prompt_length = repeats, self.length
             self._keys = self._keys[:, :, :self.length].clone()  # contiguous, once per prompt
             self._values = self._values[:, :, :self.length].clone()
             rows, heads, _, dim = self._keys.shape
@@ -96,7 +95,7 @@ class PreallocatedLayer(DynamicLayer):
         cache remembers where the kept rows stand among all the prompts' samples (`SharedPrefix.rows`)."""
         if self._keys is None:
             return
-        if not self.shared:
+        if self.repeats == 1:
             self._keys, self._values = (_rows(t, indices, self.length) for t in (self._keys, self._values))
         else:
             own = self.length - self.prompt_length
@@ -107,7 +106,7 @@ class PreallocatedLayer(DynamicLayer):
     def _expose(self) -> None:
         """`keys`/`values` (what transformers' own cache methods read): views of the filled positions, or
         `SharedPrefix`es of the prompt and the generated positions once the prompt is shared."""
-        if self.shared:
+        if self.repeats > 1:
             own = self.length - self.prompt_length
             self.keys = decode_attention_module.SharedPrefix(self._keys, self._own_keys[:, :, :own], self.repeats,
                                                              self.rows)
@@ -283,7 +282,7 @@ class TransformersEngine:
         if decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"unknown decode_attention {decode_attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
         if drop_finished not in DROP_FINISHED:
-            raise ValueError(f"unknown drop_finished {drop_finished!r}; valid: auto, True, False")
+            raise ValueError(f"unknown drop_finished {drop_finished!r}; valid: {', '.join(map(str, DROP_FINISHED))}")
         self.decode_attention = decode_attention
         self.drop_finished = drop_finished
         self.model = model
