@@ -255,6 +255,12 @@ class TrainConfig(_Section):
     optimizer_steps: int | None = Field(
         None, gt=0, description="exactly this many optimizer steps per update, the samples split evenly "
         "among them (equal steps whatever the data size); None = as many as minibatch_size needs")
+    exact_steps: bool = Field(
+        True, description="an update takes exactly optimizer_steps steps (else the minibatch_size count) whenever "
+        "it has that many samples: where keeping same-prompt groups whole would leave fewer mini-batches (3 coding "
+        "problems with mixed outcomes for 4 steps), the samples are cut into equal consecutive parts and a group "
+        "may straddle two; false = groups stay whole and the update may take fewer steps (runs written before "
+        "this key)")
     micro_batch_size: int = Field(64, gt=0, description="samples per forward; GAS = ceil(mini/micro)")
     max_samples: int | None = Field(
         None, gt=0, description="cap on each model's training samples per iteration (a uniform random subset); "
@@ -607,7 +613,8 @@ def _config_from_tree(tree: dict[str, Any], overrides: list[str] | None) -> Conf
 # A run's config.yaml holds every key (config_to_yaml), so a run config without such a key predates it.
 LEGACY_VALUES: dict[str, Any] = {"rollout.sampler": "multinomial", "rollout.candidates": "on_top",
                                   "rollout.decode_attention": "model", "train.stop_gradient": False,
-                                  "rollout.drop_finished": False}
+                                  "rollout.drop_finished": False,
+                                  "train.exact_steps": False}
 
 
 def load_run_config(path: str | Path, overrides: list[str] | None = None) -> Config:

@@ -96,9 +96,13 @@ def chunked(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
-def split_groups(groups: Sequence[Sequence[int]], count: int) -> list[list[int]]:
+def split_groups(groups: Sequence[Sequence[int]], count: int, whole: bool = True) -> list[list[int]]:
     """Consecutive groups packed into `count` parts of near-equal size, no group split: a group goes to
-    the part its midpoint falls in (singletons: parts differ by at most one). Empty parts are dropped."""
+    the part its midpoint falls in (singletons: parts differ by at most one). Empty parts are dropped.
+
+    whole=False: where that leaves fewer than `count` parts (fewer groups than parts, or groups too
+    uneven), the items, in the same order, are cut into min(count, items) consecutive parts whose sizes
+    differ by at most one instead, so a group may straddle two parts."""
     if count <= 0:
         raise ValueError(f"part count must be > 0, got {count}")
     total = sum(len(g) for g in groups)
@@ -107,7 +111,12 @@ def split_groups(groups: Sequence[Sequence[int]], count: int) -> list[list[int]]
     for group in groups:
         parts[min(count - 1, int((seen + len(group) / 2) * count / total))].extend(group)
         seen += len(group)
-    return [part for part in parts if part]
+    parts = [part for part in parts if part]
+    if whole or len(parts) == min(count, total):
+        return parts
+    items = [i for group in groups for i in group]
+    cuts = min(count, total)
+    return [items[j * total // cuts:(j + 1) * total // cuts] for j in range(cuts)]
 
 
 def length_order(items: Sequence[SequencePair]) -> list[int]:

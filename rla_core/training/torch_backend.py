@@ -124,13 +124,15 @@ class TorchTrainer(Trainer):
 
         Items that share their prompt (the m judge samples of one step) are shuffled and kept together
         as one group, so their prompt is computed once (`forward_logprobs`); their advantages, z-scored
-        over the group, also meet in the same step.
+        over the group, also meet in the same step. With train.exact_steps, where whole groups would make
+        fewer mini-batches than asked for, a group may straddle two (`split_groups`).
         """
         generator = torch.Generator().manual_seed(rng_seed)
         groups = prompt_groups(items)
         shuffled = [groups[g] for g in torch.randperm(len(groups), generator=generator).tolist()]
         steps = self.train_cfg.optimizer_steps or -(-len(items) // self.train_cfg.minibatch_size)
-        batches = [[items[i] for i in part] for part in split_groups(shuffled, steps)] if items else []
+        parts = split_groups(shuffled, steps, whole=not self.train_cfg.exact_steps) if items else []
+        batches = [[items[i] for i in part] for part in parts]
         cap = self.train_cfg.max_optimizer_steps
         return batches if cap is None else batches[:cap]
 

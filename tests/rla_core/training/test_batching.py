@@ -103,3 +103,18 @@ def test_split_groups_packs_whole_groups_into_near_equal_parts():
     parts = split_groups(groups, 2)
     assert parts == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]  # no group is split
     assert split_groups([[0, 1, 2, 3]], 3) == [[0, 1, 2, 3]]  # parts that get no group are dropped
+
+
+def test_split_groups_cuts_groups_when_whole_ones_cannot_fill_the_parts():
+    """train.exact_steps: 3 same-prompt groups of 8 for 4 steps make 4 parts of 6 (whole groups: 3)."""
+    from rla_core.training.batching import split_groups
+
+    groups = [list(range(0, 8)), list(range(8, 16)), list(range(16, 24))]
+    assert [len(p) for p in split_groups(groups, 4)] == [8, 8, 8]
+    parts = split_groups(groups, 4, whole=False)
+    assert [len(p) for p in parts] == [6, 6, 6, 6] and [i for p in parts for i in p] == list(range(24))
+    uneven = [[0], list(range(1, 10))]  # whole: 2 parts for 3; cut: 3 parts of 3 and 4
+    assert sorted(len(p) for p in split_groups(uneven, 3, whole=False)) == [3, 3, 4]
+    assert split_groups([[0, 1]], 5, whole=False) == [[0], [1]]  # never more parts than items
+    many = [[i] for i in range(10)]  # enough groups: the whole-group packing, unchanged
+    assert split_groups(many, 4, whole=False) == split_groups(many, 4)

@@ -111,6 +111,26 @@ def test_minibatches_keep_samples_of_one_prompt_together(tokenizer):
     assert sorted(s.sample_index for b in batches for s in b) == sorted(s.sample_index for s in judge)
 
 
+def test_exact_steps_trains_the_steps_asked_for_with_fewer_prompt_groups_than_steps(tokenizer):
+    """Three problems' programs (three groups of one prompt each, as the coding data stage keeps them) and
+    optimizer_steps = 4: four real optimizer steps, every sample trained once; train.exact_steps = false
+    (runs written before the key) keeps whole groups and takes three."""
+    groups = [[sample([11 + p, 12, 13], [40 + p + k, 41], (-1.0) ** k, index=8 * p + k) for k in range(8)]
+              for p in range(3)]
+    samples = [s for group in groups for s in group]
+    for exact, steps in ((True, 4), (False, 3)):
+        trainer = TorchTrainer(tiny_model(tokenizer), config(optimizer_steps=4, max_optimizer_steps=None,
+                                                             exact_steps=exact), 1e-3)
+        batches = trainer.minibatches(samples, rng_seed=1)
+        assert len(batches) == steps and sorted(s.sample_index for b in batches for s in b) == list(range(24))
+        metrics = trainer.train(samples, None, rng_seed=1)
+        assert (metrics["optimizer_steps"], metrics["samples_trained"]) == (steps, 24)
+        assert trainer.optimizer.state_dict()["state"][0]["step"] == steps  # AdamW really stepped that often
+    from rla_core.config import LEGACY_VALUES, load_config
+
+    assert load_config().train.exact_steps is True and LEGACY_VALUES["train.exact_steps"] is False
+
+
 def test_train_counts_samples_trained_and_left_over_by_a_cap(tokenizer):
     samples = varied_samples(10)
     full = TorchTrainer(tiny_model(tokenizer), config(max_optimizer_steps=None), 1e-3).train(samples)
