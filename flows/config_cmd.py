@@ -1,5 +1,5 @@
 """`rla config`: the resolved config tree, one line per key: dotted name, value, default when it differs, and the
-field's description (all taken from the models in rla_core/config.py, so the listing never goes stale).
+field's description (all taken from the models in rla_core/config_schema.py, so the listing never goes stale).
 
     [rollout]  policy episodes per iteration
       rollout.backend         transformers       rollout engine: transformers | vllm
