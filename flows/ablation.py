@@ -7,7 +7,9 @@ runs/<name>/
 
 A seed's warm-start (seed store, models, baseline evaluation) is computed by its first row and copied
 to its other rows: rows differ only in λ, judge training and adaptation, which none of those use.
-Re-running the same command skips every completed row and iteration.
+With `warm_start` (`--warm-start DIR`) the first row copies it from the earlier ablation folder DIR
+instead (tasks/checks/warm_start.py: same config apart from λ and the rows' switches), e.g. for a dev
+sweep of λ. Re-running the same command skips every completed row and iteration.
 """
 from __future__ import annotations
 
@@ -22,10 +24,11 @@ from rla_core.ablation import Row, check_base, mean_se, parse_rows, row_override
 from rla_core.config import Config, TrackingConfig, load_config
 from tasks.reports.ablation import RunResult, read_run, summary_markdown, write_report
 from tasks.settings import setting_for
+from tasks.checks.warm_start import WARM_START, warm_start_source
 from tasks.storage.files import is_done
 from tasks.tracking.tracker import PARENT_TAG, Tracker
 
-SHARED = ("seed", "models/init", "models/bootstrap", "baseline")  # a seed's warm-start, the same in every row
+SHARED = WARM_START  # a seed's warm-start, the same in every row
 
 
 def _row_overrides(cfg: Config, root: Path, row: Row, seed: int) -> list[str]:
@@ -43,17 +46,20 @@ def share_warm_start(source: Path, target: Path) -> list[str]:
     return copied
 
 
-def _child_run(parent: Tracker, run_dir: Path, cfg: Config, row: Row, seed: int) -> None:
-    """Create (or find) the row's training run in the shared store, nested under the ablation run."""
+def _child_run(parent: Tracker, run_dir: Path, cfg: Config, row: Row, seed: int, source: Path | None) -> None:
+    """Create (or find) the row's training run in the shared store, nested under the ablation run; a warm
+    start copied from another ablation is named in the tag rla.ablation.warm_start."""
     child = Tracker(run_dir, cfg.tracking, run_name=cfg.run.name)
-    for key, value in {PARENT_TAG: parent.run_id, "rla.ablation.row": row.key,
-                       "rla.ablation.seed": str(seed)}.items():
+    tags = {PARENT_TAG: parent.run_id, "rla.ablation.row": row.key, "rla.ablation.seed": str(seed)}
+    if source is not None:
+        tags["rla.ablation.warm_start"] = str(source)
+    for key, value in tags.items():
         child.client.set_tag(child.run_id, key, value)
 
 
 @flow(name="rla-ablation", log_prints=True)
 def ablation(config_files: list[str] | None, overrides: list[str], seeds: int, rows: str = "abcd",
-             name: str = "ablation") -> dict:
+             name: str = "ablation", warm_start: str | None = None) -> dict:
     """Every (row, seed) training run, then the summary files, logged to the ablation's parent run."""
     base = load_config(config_files, overrides)
     chosen = parse_rows(rows)
@@ -64,7 +70,8 @@ def ablation(config_files: list[str] | None, overrides: list[str], seeds: int, r
     parent.start()
     seed_list = [base.run.seed + i for i in range(seeds)]
     try:
-        results = _run_all(config_files, overrides, base, root, parent, chosen, seed_list)
+        results = _run_all(config_files, overrides, base, root, parent, chosen, seed_list,
+                           Path(warm_start).resolve() if warm_start else None)
     except BaseException:
         parent.finish("FAILED")
         raise
@@ -90,18 +97,19 @@ def summary_metrics(results: list[RunResult], rows: list[str]) -> dict[str, floa
 
 
 def _run_all(config_files: list[str] | None, overrides: list[str], base: Config, root: Path, parent: Tracker,
-             chosen: list[Row], seed_list: list[int]) -> list[RunResult]:
+             chosen: list[Row], seed_list: list[int], warm_start: Path | None = None) -> list[RunResult]:
     total, done, started = len(seed_list) * len(chosen), 0, time.perf_counter()
     results: list[RunResult] = []
     for seed in seed_list:
-        first: Path | None = None
+        source = warm_start_source(warm_start, seed) if warm_start is not None else None
+        first: Path | None = source
         for row in chosen:
             row_overrides = overrides + _row_overrides(base, root, row, seed)
             cfg = load_config(config_files, row_overrides)
             run_dir = root / cfg.run.name
             if first is not None:
                 share_warm_start(first, run_dir)
-            _child_run(parent, run_dir, cfg, row, seed)
+            _child_run(parent, run_dir, cfg, row, seed, source)
             eta = (time.perf_counter() - started) / done * (total - done) if done else float("nan")
             print(f"[ablation {done + 1}/{total}] row ({row.key}) {row.label}, seed {seed}"
                   + (f"; about {eta / 60:.0f} min left" if done else ""))

@@ -84,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     abl.add_argument("--seeds", type=int, default=3, help="seeds run.seed, run.seed+1, … (default 3)")
     abl.add_argument("--rows", default="abcd", help="rows to run, e.g. abcd or ad (default abcd)")
     abl.add_argument("--name", default="ablation", help="folder under run.output_dir (default ablation)")
+    abl.add_argument("--warm-start", default=None, metavar="DIR",
+                     help="copy each seed's warm start (seed store, models, baseline) from the earlier ablation "
+                          "folder DIR instead of computing it, e.g. for a dev sweep of λ; DIR's runs must have "
+                          "this config apart from λ and the rows' switches")
     for name, text in (("restore", "check out one iteration's files (inputs and outputs) from the DVC remote"),
                        ("reproduce", "re-run one iteration from its inputs in the DVC remote in a scratch folder "
                                      "and compare every output file and metric with what was recorded: how much "
@@ -278,7 +282,7 @@ COMMANDS: dict[str, Command] = {
     "seed": Command(lambda a: _commands().seed(_configs(a), a.overrides, a.out), flow=True),
     "bootstrap": Command(lambda a: _commands().prepare(_configs(a), a.overrides, a.out), flow=True),
     "ablation": Command(lambda a: _commands().run_ablation(_configs(a, default=True), a.overrides, a.seeds, a.rows,
-                                                           a.name, a.out), flow=True),
+                                                           a.name, a.out, a.warm_start), flow=True),
     "eval": Command(_eval, flow=True),
     "data": Command(lambda a: _commands().build_data(_configs(a, default=True), a.overrides, a.out), flow=True),
     "reproduce": Command(lambda a: _commands().reproduce(a.run, a.iteration, a.remote, a.into), flow=True),

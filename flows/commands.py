@@ -153,13 +153,13 @@ def evaluate_games(configs: list[str], overrides: list[str], iteration: int | No
 
 
 def run_ablation(configs: list[str], overrides: list[str], seeds: int, rows: str, name: str,
-                 out: str | None = None) -> int:
+                 out: str | None = None, warm_start: str | None = None) -> int:
     from tasks.checks import preflight
 
-    preflight.check_ablation(configs, overrides, seeds, rows, name)  # before any flow starts
+    preflight.check_ablation(configs, overrides, seeds, rows, name, warm_start)  # before any flow starts
     from flows.ablation import ablation
 
-    result = ablation(configs, overrides, seeds, rows, name)
+    result = ablation(configs, overrides, seeds, rows, name, warm_start)
     if out:
         _emit(result, out)
     print(result["table"])

@@ -462,9 +462,10 @@ def check(configs: list[str] | None, overrides: list[str] | None, *, command: Co
 
 
 def check_ablation(configs: list[str] | None, overrides: list[str] | None, seeds: int, rows: str,
-                   name: str) -> Config:
-    """`rla ablation`: the base config and its files, the rows and seeds, and the run folder of every
-    (row, seed) that exists already (each is checked like `rla run`, before the first row starts)."""
+                   name: str, warm_start: str | None = None) -> Config:
+    """`rla ablation`: the base config and its files, the rows and seeds, the run folder of every
+    (row, seed) that exists already (each is checked like `rla run`, before the first row starts), and
+    with `warm_start` every seed's warm start there (tasks/checks/warm_start.py)."""
     from rla_core.ablation import check_base, parse_rows, row_overrides
     from tasks.settings import setting_for
 
@@ -481,6 +482,11 @@ def check_ablation(configs: list[str] | None, overrides: list[str] | None, seeds
         raise DataError(f"{_rel(root)}: is a file, not an ablation folder; choose another --name")
     if (root / CONFIG_FILE).is_file():
         raise DataError(f"{_rel(root)}: holds a training run, not an ablation; choose another --name")
+    if warm_start is not None:
+        from tasks.checks.warm_start import check_warm_start
+
+        check_warm_start(warm_start, root, configs, list(overrides or []), chosen[0], weight,
+                         base.tracking.experiment, range(base.run.seed, base.run.seed + seeds))
     for seed in range(base.run.seed, base.run.seed + seeds):
         for row in chosen:
             check(configs, [*(overrides or []), *row_overrides(weight, base.tracking.experiment,

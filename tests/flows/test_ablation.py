@@ -83,3 +83,25 @@ def test_rerun_skips_completed_rows(finished):
     again = ablation(None, overrides, seeds=1, rows="ad", name="abl")
     assert stage.stat().st_mtime_ns == before
     assert again["table"] == result["table"]
+
+
+def test_a_sweep_row_reuses_an_earlier_ablations_warm_start(finished, tmp_path):
+    """`--warm-start DIR`: a new ablation's seed starts from DIR's warm start, copied (not recomputed), and
+    trains its own row; a config that differs beyond λ and the rows' switches is refused, naming the key."""
+    from rla_core.config import ConfigError
+    from tasks.checks import preflight
+
+    result, overrides = finished
+    source = RunPaths.of(result["root"]).root / "a-seed0"
+    sweep = ablation(None, overrides, seeds=1, rows="e", name="sweep", warm_start=result["root"])
+    run = RunPaths.of(sweep["root"]).root / "e-seed0"
+    for rel in ("models/bootstrap/_DONE", "models/bootstrap/judge/model.safetensors", "seed/heldout.jsonl",
+                "baseline/metrics.json"):
+        assert (run / rel).read_bytes() == (source / rel).read_bytes(), rel
+    assert (run / "models/bootstrap/_DONE").stat().st_mtime_ns == (source / "models/bootstrap/_DONE").stat().st_mtime_ns
+    assert RunPaths.of(run).is_complete(1) and "adapt: true" in (run / "config.yaml").read_text()
+    client = MlflowClient(f"sqlite:///{sweep['root']}/mlflow.db")
+    child = client.get_run(open(run / "mlflow_run_id.txt").read().strip())
+    assert child.data.tags["rla.ablation.warm_start"] == str(source)
+    with pytest.raises(ConfigError, match="bootstrap.policy_steps: .* there, 1 here"):
+        preflight.check_ablation(None, overrides + ["bootstrap.policy_steps=1"], 1, "e", "other", result["root"])

@@ -15,8 +15,8 @@ Cases by category (parametrised ids start with the category):
     records       19
     models        10
     checkpoints    9
-    run folders   25
-    total        115 CLI cases
+    run folders   27
+    total        117 CLI cases
 plus 8 other tests: the count above; good input passes and is left as it was (an existing run whose
 records hold odd but valid model text, a continued run with more iterations elsewhere, a fresh run, a
 fresh ablation); a passing pre-flight reaches the flow; `rla eval --run DIR` evaluates that folder with its
@@ -937,6 +937,28 @@ def ablation_row_folder_differs(cwd, template):
     return [*args(command="ablation"), "--rows", "a", "--seeds", "1"]
 
 
+def _earlier_ablation(cwd: Path, template: Path, *sets: str) -> None:
+    """runs/earlier: an ablation folder whose a-seed0 is the template's warm-started run under that row's config."""
+    base = load_config([QUICK], ["run.output_dir=runs"])
+    root = (cwd / "runs" / "earlier").resolve()
+    shutil.copytree(template, root / "a-seed0")
+    child = load_config([QUICK], ["run.output_dir=runs", *row_overrides(JudgeWeight("reward.step_weight",
+                                  base.reward.step_weight), base.tracking.experiment, str(root), ROWS["a"], 0), *sets])
+    (root / "a-seed0" / "config.yaml").write_text(config_to_yaml(child))
+
+
+@case("run folders", "runs/earlier", "no finished warm start of seed 1", "run that seed there first")
+def ablation_warm_start_lacks_a_seed(cwd, template):
+    _earlier_ablation(cwd, template)
+    return [*args(command="ablation"), "--rows", "d", "--seeds", "2", "--warm-start", "runs/earlier"]
+
+
+@case("run folders", "runs/earlier/a-seed0 was warm-started with another config", "rollout.n: 3 there, 8 here")
+def ablation_warm_start_of_another_config(cwd, template):
+    _earlier_ablation(cwd, template, "rollout.n=3")
+    return [*args(command="ablation"), "--rows", "d", "--seeds", "1", "--warm-start", "runs/earlier"]
+
+
 # --------------------------------------------------------------------------- the tests
 @pytest.mark.parametrize("make, expected", CASES)
 def test_bad_input_is_one_line_and_changes_nothing(make, expected, cwd, template, capsys, flows):
@@ -960,7 +982,7 @@ def test_bad_input_is_one_line_and_changes_nothing(make, expected, cwd, template
 def test_the_suite_covers_every_category_with_50_cases_or_more():
     counts = Counter(p.id.split("-", 1)[0] for p in CASES)
     assert counts == {"configs": 21, "yaml": 14, "task files": 18, "records": 19, "models": 10,
-                      "checkpoints": 9, "run folders": 25}
+                      "checkpoints": 9, "run folders": 27}
     assert sum(counts.values()) >= 50
 
 
