@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,17 @@ def _value_text(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _flag_value(value: Any) -> str:
+    """`value` as `--set` reads it back: plain where YAML parses the text to the same value, else JSON."""
+    if isinstance(value, str) and value.isprintable():
+        try:
+            if yaml.safe_load(value) == value:
+                return value
+        except yaml.YAMLError:
+            pass
+    return json.dumps(value, default=str)
+
+
 def run_mismatch(where: str, old: Config, new: Config) -> str | None:
     """The one-line refusal to continue the run at `where` (holding `old`) with `new`, naming the first
     differing keys with both values; None when `new` may continue it."""
@@ -291,5 +303,11 @@ def run_mismatch(where: str, old: Config, new: Config) -> str | None:
     there = ", ".join(f"{k}={_value_text(a.get(k, _UNSET))}" for k in shown)
     here = ", ".join(f"{k}={_value_text(b.get(k, _UNSET))}" for k in shown)
     more = f" (and {len(keys) - 3} more differing keys)" if len(keys) > 3 else ""
+    # the flags that continue it as it ran (a run from an earlier version lacks the keys added since: theirs
+    # are LEGACY_VALUES, which a new config's defaults differ from)
+    flags = [f"{k}={_flag_value(a[k])}" for k in keys if k in a]
+    continue_with = " ".join("--set " + shlex.quote(flag) for flag in flags) \
+        if len(flags) == len(keys) <= 6 and all(len(flag) <= 100 for flag in flags) else ""
     return (f"{where} holds a run with a different config ({there}; this config has {here}{more}); choose "
-            "another run.name (only run.iterations and orchestration may change to continue a run)")
+            "another run.name (only run.iterations and orchestration may change to continue a run)"
+            + (f", or continue it as it ran: {continue_with}" if continue_with else ""))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shlex
 import shutil
 import struct
 import sys
@@ -1046,4 +1047,14 @@ def test_prepare_run_dir_names_the_differing_key_too():
     message = run_mismatch("runs/quickstart", old, load_config([QUICK], ["judge.m=5", "run.iterations=9"]))
     assert message.startswith("runs/quickstart holds a run with a different config (judge.m=3; this config has "
                               "judge.m=5)")
+    assert message.endswith("or continue it as it ran: --set judge.m=3")
+    # the suggested flags load back to the run's own config, even for values YAML would read otherwise
+    odd = load_config([QUICK], ["run.name='true'", "environment.knobs.goal_type=[put]", "eval.dev_file='1.5'",
+                                "tracking.experiment='a b: c'"])
+    message = run_mismatch("runs/odd", odd, load_config([QUICK], ["run.name='true'"]))
+    flags = shlex.split(message.split("continue it as it ran: ", 1)[1])
+    assert flags[0::2] == ["--set"] * 3
+    assert load_config([QUICK], ["run.name='true'", *flags[1::2]]) == odd
+    gone = load_config([QUICK], ["environment.knobs={goal_type: [put]}"])  # keys the run lacks: no flag sets that
+    assert "continue it as it ran" not in run_mismatch("runs/gone", gone, load_config([QUICK]))
     assert run_mismatch("x", old, load_config([QUICK], ["run.iterations=9", "run.output_dir=elsewhere"])) is None
