@@ -20,6 +20,7 @@ from tasks.storage.files import is_done, write_text
 from tasks.summaries import StageSummary, read_summary
 
 SUCCESS = "heldout/success_rate"  # held-out success (pass@1 in coding)
+DEV_SUCCESS = "dev/success_rate"  # the same on the dev split (eval.dev_file), where settings are chosen
 BENCH_MU = "bench/mu"
 
 
@@ -38,6 +39,8 @@ class RunResult:
     judge_bench: list[float] = field(default_factory=list)
     judge_metric: str = Setting.judge_metric[0]
     bench_mu: list[float] = field(default_factory=list)
+    dev: list[float] = field(default_factory=list)  # dev success at each evaluation that measured it
+    weight: float = math.nan  # λ of the run (its setting's judge_weight_key)
     train_success: list[float] = field(default_factory=list)
     # the judge on each iteration's rollouts (Setting.judge_train_metric), nan where the stage did not log it
     train_judge: list[float] = field(default_factory=list)
@@ -66,7 +69,9 @@ def _metric(summary: StageSummary, key: str) -> float:
 def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
     paths = RunPaths.of(run_dir)
     result = RunResult(row, seed, str(run_dir), 0)
-    setting = setting_for(load_run_config(paths.config)) if paths.config.is_file() else setting_for("household")
+    cfg = load_run_config(paths.config) if paths.config.is_file() else None
+    setting = setting_for(cfg) if cfg is not None else setting_for("household")
+    result.weight = setting.judge_weight(cfg).value if cfg is not None else math.nan
     result.judge_metric, judge_key = setting.judge_metric
     result.train_judge_metric, train_judge_key = setting.judge_train_metric
     baseline = paths.baseline / "metrics.json"
@@ -95,6 +100,7 @@ def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
     result.success = [m[SUCCESS] for m in evaluations if SUCCESS in m]
     result.judge_bench = [m[judge_key] for m in evaluations if judge_key in m]
     result.bench_mu = [m[BENCH_MU] for m in evaluations if BENCH_MU in m]
+    result.dev = [m[DEV_SUCCESS] for m in evaluations if DEV_SUCCESS in m]
     return result
 
 
@@ -122,6 +128,7 @@ def summary_markdown(results: list[RunResult], rows: list[str]) -> str:
             f"| ({key}) {ROWS[key].label} | {len(mine)} | {_fmt([r.baseline for r in mine])} | "
             f"{_fmt([r.final for r in mine])} | {_fmt(gains, digits=1)} | {min(gains):+.1f} | "
             f"{_fmt(bal_before)} → {_fmt(bal_after)} | {_fmt(mu_after)} | {steps} |")
+    lines += dev_table(results, rows)
     lines += compute_table(results, rows)
     lines += train_judge_table(results, rows)
     finals = {key: {r.seed: r.final for r in results if r.row == key and r.success} for key in rows}
@@ -151,6 +158,21 @@ def train_judge_table(results: list[RunResult], rows: list[str]) -> list[str]:
             cells = [_fmt([c[k] for c in mine if k < len(c) and not math.isnan(c[k])]) for k in range(length)]
             lines.append(f"| ({key}) {ROWS[key].label} | " + " | ".join(cells) + " |")
     return lines
+
+
+def dev_table(results: list[RunResult], rows: list[str]) -> list[str]:
+    """Markdown lines: each row's λ and its success on the dev split before and after training, mean ± SE
+    over seeds, the numbers settings such as λ are chosen by (held-out is for reporting only). [] when no
+    run evaluated on dev."""
+    lines = ["", "Dev success (eval.dev_file; choose λ and other settings by these, never by held-out):", "",
+             "| row | λ | seeds | dev before | dev after |", "|---|---|---|---|---|"]
+    for key in rows:
+        mine = [r for r in results if r.row == key and r.dev]
+        if mine:
+            weights = sorted({r.weight for r in mine if not math.isnan(r.weight)})
+            lines.append(f"| ({key}) {ROWS[key].label} | {', '.join(f'{w:g}' for w in weights) or 'n/a'} | "
+                         f"{len(mine)} | {_fmt([r.dev[0] for r in mine])} | {_fmt([r.dev[-1] for r in mine])} |")
+    return lines if len(lines) > 5 else []
 
 
 COMPUTE_TOLERANCE = 0.05  # rolled-out episodes or optimizer steps further than this from the first row: flagged
@@ -195,7 +217,7 @@ def compute_table(results: list[RunResult], rows: list[str]) -> list[str]:
 
 def write_csv(path: Path, results: list[RunResult]) -> None:
     fields = ["row", "seed", "iterations", "baseline", "final", "evaluated", "success", "judge_metric", "judge_bench",
-              "bench_mu",
+              "bench_mu", "weight", "dev",
               "train_success", "train_judge_metric", "train_judge", "policy_steps", "judge_steps", "policy_samples", "judge_samples", "episodes", "tokens",
               "seconds", "run_dir"]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,7 +227,7 @@ def write_csv(path: Path, results: list[RunResult]) -> None:
         for r in results:
             row = {k: v for k, v in asdict(r).items() if k in fields}
             row.update(baseline=r.baseline, final=r.final)
-            for key in ("success", "judge_bench", "bench_mu", "train_success", "train_judge"):
+            for key in ("success", "judge_bench", "bench_mu", "dev", "train_success", "train_judge"):
                 row[key] = " ".join(f"{v:.4f}" for v in row[key])
             row["evaluated"] = " ".join(str(k) for k in r.evaluated)
             writer.writerow(row)

@@ -3,12 +3,15 @@ the ablation's MLflow run, the summary files are written, and a re-run skips wha
 from __future__ import annotations
 
 import csv
+import json
 import math
 
 import pytest
 from mlflow import MlflowClient
 
 from flows.ablation import ablation
+from rla_core.ablation import ROWS
+from rla_core.config import PROJECT_ROOT
 from tasks.paths import RunPaths
 from tasks.summaries import read_summary
 from tasks.tracking.tracker import PARENT_TAG
@@ -17,7 +20,10 @@ from tasks.tracking.tracker import PARENT_TAG
 @pytest.fixture(scope="module")
 def finished(harness, micro, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    overrides = micro + [f"run.output_dir={out}", "environment.heldout_tasks=6", "train.optimizer_steps=2"]
+    dev = out / "dev.jsonl"  # 4 shipped dev tasks: the report's dev table is read from their evaluation
+    dev.write_text("".join(open(PROJECT_ROOT / "data" / "household" / "dev.jsonl").readlines()[:4]))
+    overrides = micro + [f"run.output_dir={out}", "environment.heldout_tasks=6", "train.optimizer_steps=2",
+                         f"eval.dev_file={dev}"]
     result = ablation(None, overrides, seeds=1, rows="ad", name="abl")
     return result, overrides
 
@@ -55,6 +61,16 @@ def test_summary_files_and_mlflow_parent_with_a_child_per_run(finished):
                               .joinpath("iterations", "iter_0001", "judge")).metrics
         assert r["train_judge_metric"] == "judge μ on the iteration's labelled steps"
         assert float(r["train_judge"]) == pytest.approx(judged.get("judge/mu", math.nan), abs=1e-4, nan_ok=True)
+    # the dev split, where λ is chosen: each row's λ and its dev success before and after, from its evaluations
+    dev_lines = table.split("Dev success (eval.dev_file", 1)[1].split("\n\n", 2)[1].splitlines()[2:]
+    for line, r in zip(dev_lines, rows):
+        run = RunPaths.of(result["root"]).root / f"{r['row']}-seed0"
+        before = json.loads((run / "baseline" / "metrics.json").read_text())["dev/success_rate"]
+        after = json.loads((run / "iterations" / "iter_0001" / "evaluate" / "metrics.json").read_text())["dev/success_rate"]
+        weight = "0" if r["row"] == "a" else f"{float(r['weight']):g}"
+        assert line == (f"| ({r['row']}) {ROWS[r['row']].label} | {weight} | 1 | {before:.3f} ± 0.000 | "
+                        f"{after:.3f} ± 0.000 |")
+    assert float(rows[1]["weight"]) > 0 and float(rows[0]["weight"]) == 0
     assert open(files["plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     uri = f"sqlite:///{result['root']}/mlflow.db"
     client = MlflowClient(uri)
