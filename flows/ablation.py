@@ -22,9 +22,9 @@ from prefect import flow
 from flows.train import train
 from rla_core.ablation import Row, check_base, mean_se, parse_rows, row_overrides
 from rla_core.config import Config, TrackingConfig, load_config
+from tasks.checks.warm_start import WARM_START, warm_start_source
 from tasks.reports.ablation import RunResult, read_run, summary_markdown, write_report
 from tasks.settings import setting_for
-from tasks.checks.warm_start import WARM_START, warm_start_source
 from tasks.storage.files import is_done
 from tasks.tracking.tracker import PARENT_TAG, Tracker
 

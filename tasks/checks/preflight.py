@@ -16,6 +16,8 @@ Checked, where it exists and the command will read it:
   model folders     of finished stages (models/init/*, models/bootstrap/*, iterations/*/train_*/model)
                     and models.*.path: config.json, tokenizer, weights; safetensors headers against the
                     file size; optimizer.pt readable as a zip archive
+  ablations         the rows and seeds, every (row, seed) run folder that exists, and with --warm-start
+                    each seed's warm start in the earlier ablation folder and its config (check_warm_start)
   task files        the ones a run seeds from: environment.heldout_file, reserved_files and eval.dev_file
                     (each task for this environment, with a valid spec), eval.judge_benchmark and
                     eval.dev_judge_benchmark
@@ -34,7 +36,9 @@ from pydantic import BaseModel, ValidationError
 
 from rla_core.adaptation.cycle import AdaptReport
 from rla_core.adaptation.store import META_FILE, SLOTS_FILE, TaskStore
-from rla_core.config import Config, ConfigError, load_config, load_run_config, resolve_data_path, run_mismatch
+from rla_core.ablation import JudgeWeight, Row, row_overrides
+from rla_core.config import (Config, ConfigError, config_differences, load_config, load_run_config, resolve_data_path,
+                             run_mismatch)
 from rla_core.envs.base import check_task_lines, get_environment
 from rla_core.errors import BadValue, DataError, MissingFile
 from rla_core.judge.benchmark import BenchmarkStep
@@ -42,6 +46,7 @@ from rla_core.models.pretrained import resolve as resolve_model
 from rla_core.records import explain_record_error, load_json_file, read_numbered
 from rla_core.schemas import Task
 from tasks.common import bind_environment
+from tasks.checks.warm_start import WARM_START, warm_start_source
 from tasks.paths import COMPLETE, CONFIG_FILE, ITERATIONS, ROLES, RUN_ID_FILE, RunPaths, parse_iteration
 from tasks.storage.files import DONE_MARKER
 from tasks.storage.retention import is_pruned
@@ -466,7 +471,7 @@ def check_ablation(configs: list[str] | None, overrides: list[str] | None, seeds
     """`rla ablation`: the base config and its files, the rows and seeds, the run folder of every
     (row, seed) that exists already (each is checked like `rla run`, before the first row starts), and
     with `warm_start` every seed's warm start there (tasks/checks/warm_start.py)."""
-    from rla_core.ablation import check_base, parse_rows, row_overrides
+    from rla_core.ablation import check_base, parse_rows
     from tasks.settings import setting_for
 
     base = check(configs, overrides, run_folder=False)
@@ -483,8 +488,6 @@ def check_ablation(configs: list[str] | None, overrides: list[str] | None, seeds
     if (root / CONFIG_FILE).is_file():
         raise DataError(f"{_rel(root)}: holds a training run, not an ablation; choose another --name")
     if warm_start is not None:
-        from tasks.checks.warm_start import check_warm_start
-
         check_warm_start(warm_start, root, configs, list(overrides or []), chosen[0], weight,
                          base.tracking.experiment, range(base.run.seed, base.run.seed + seeds))
     for seed in range(base.run.seed, base.run.seed + seeds):
@@ -492,3 +495,37 @@ def check_ablation(configs: list[str] | None, overrides: list[str] | None, seeds
             check(configs, [*(overrides or []), *row_overrides(weight, base.tracking.experiment,
                                                                 str(root), row, seed)])
     return base
+
+
+def check_warm_start(source: str, root: Path, configs: list[str] | None, overrides: list[str], row: Row,
+                     weight: JudgeWeight, experiment: str, seeds: range) -> None:
+    """Every seed's warm start exists under the ablation folder `source` and was made with this config
+    (the config of `row` at that seed, apart from the keys rows and ablations set); else one UserError."""
+    folder = Path(source).resolve()
+    if not folder.is_dir():
+        raise MissingFile(f"--warm-start {source}: no such ablation folder")
+    if folder == root:
+        raise BadValue(f"--warm-start {source} is this ablation's own folder; its rows share their warm start already")
+    allowed = {"run.name", "tracking.mlflow_uri", "tracking.experiment", "judge.train",
+               "environment.adapt", weight.key}
+    for seed in seeds:
+        found = warm_start_source(folder, seed)
+        if found is None:
+            raise MissingFile(f"{_rel(folder)}: no finished warm start of seed {seed} (a <row>-seed{seed} run "
+                              f"with config.yaml and {', '.join(WARM_START)} done); run that seed there first")
+        mine = load_config(configs, [*overrides, *row_overrides(weight, experiment, str(root), row, seed)])
+        theirs = load_run_config(found / CONFIG_FILE)
+        differ = [key for key in config_differences(theirs, mine) if key not in allowed]
+        if differ:
+            shown = "; ".join(f"{key}: {_value(theirs, key)} there, {_value(mine, key)} here" for key in differ[:3])
+            more = f"; and {len(differ) - 3} more keys" if len(differ) > 3 else ""
+            raise ConfigError(f"{_rel(found)} was warm-started with another config ({shown}{more}); --warm-start "
+                              "reuses a warm start only where the config differs in λ and the rows' switches: set "
+                              "those keys as that run had them")
+
+
+def _value(cfg: object, key: str) -> str:
+    for part in key.split("."):
+        cfg = getattr(cfg, part, None)
+    text = str(cfg).lower() if isinstance(cfg, bool) else str(cfg)
+    return text if len(text) <= 40 else text[:37] + "..."
