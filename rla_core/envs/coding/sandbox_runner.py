@@ -209,8 +209,7 @@ def run_test(item: int, index: int, frame: Buffer, program: tuple[int, int], std
     if reason is None and any(buffer.filled > cap for buffer in streams):
         reason = "output"
     cpu = usage.ru_utime + usage.ru_stime
-    if reason in (None, "wall") and cpu >= limits["cpu_s"]:
-        reason = "cpu"
+    reason = _cpu_reason(reason, status, cpu, limits)
     sizes = [min(buffer.filled, cap) for buffer in streams]
     report = {"item": item, "index": index, "exit": os.waitstatus_to_exitcode(status), "reason": reason,
               "cpu_s": round(cpu, 4), "wall_s": round(wall, 4), "stdout_bytes": sizes[0], "stderr_bytes": sizes[1]}
@@ -393,9 +392,28 @@ def _child(frame: Buffer, program: tuple[int, int], workdir: str, stdin_fd: int,
         os._exit(code)
 
 
+CPU_SLACK_S = 0.1  # rusage may read a few ms under the CPU time at which the kernel's RLIMIT_CPU kill came
+
+
+def _cpu_rlimit(limits: dict) -> int:
+    return max(1, int(-(-limits["cpu_s"] // 1)))  # whole seconds, rounded up; the runner checks the rest
+
+
+def _cpu_reason(reason: str | None, status: int, cpu: float, limits: dict) -> str | None:
+    """The stop reason once the CPU time is known: "cpu" where the test used its CPU limit, which includes
+    a SIGKILL the runner did not send (the kernel's RLIMIT_CPU kill, when it comes before the wall check
+    notices, e.g. on a loaded machine) with the CPU time within CPU_SLACK_S of that rlimit."""
+    if reason not in (None, "wall"):
+        return reason
+    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    if cpu >= limits["cpu_s"] or (reason is None and killed and cpu >= _cpu_rlimit(limits) - CPU_SLACK_S):
+        return "cpu"
+    return reason
+
+
 def _set_limits(limits: dict) -> None:
     mib = 1 << 20
-    cpu = max(1, int(-(-limits["cpu_s"] // 1)))  # whole seconds, rounded up; the runner checks the rest
+    cpu = _cpu_rlimit(limits)
     for which, value in ((resource.RLIMIT_AS, limits["memory_mb"] * mib),
                          (resource.RLIMIT_NPROC, limits["processes"]),
                          (resource.RLIMIT_FSIZE, limits["file_size_mb"] * mib),
