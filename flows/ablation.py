@@ -28,8 +28,6 @@ from tasks.settings import setting_for
 from tasks.storage.files import is_done
 from tasks.tracking.tracker import PARENT_TAG, Tracker
 
-SHARED = WARM_START  # a seed's warm-start, the same in every row
-
 
 def _row_overrides(cfg: Config, root: Path, row: Row, seed: int) -> list[str]:
     return row_overrides(setting_for(cfg).judge_weight(cfg), cfg.tracking.experiment, str(root), row, seed)
@@ -38,7 +36,7 @@ def _row_overrides(cfg: Config, root: Path, row: Row, seed: int) -> list[str]:
 def share_warm_start(source: Path, target: Path) -> list[str]:
     """Copy the completed warm-start folders of `source` that `target` lacks; returns what was copied."""
     copied = []
-    for rel in SHARED:
+    for rel in WARM_START:
         if is_done(source / rel) and not is_done(target / rel):
             shutil.rmtree(target / rel, ignore_errors=True)
             shutil.copytree(source / rel, target / rel)

@@ -88,6 +88,14 @@ def _parser() -> argparse.ArgumentParser:
                      help="copy each seed's warm start (seed store, models, baseline) from the earlier ablation "
                           "folder DIR instead of computing it, e.g. for a dev sweep of λ; DIR's runs must have "
                           "this config apart from λ and the rows' switches")
+    report = sub.add_parser("ablation-report", help="one ablation table from the <row>-seed<s> runs of several "
+                            "folders, e.g. rows (a), (e) of one ablation and row (d) of a λ sweep")
+    report.add_argument("folders", nargs="+", metavar="DIR", help="an ablation folder (its <row>-seed<s> runs) or "
+                        "one such run folder; the runs must differ only in their rows' switches, λ and seed")
+    report.add_argument("--into", required=True, metavar="DIR",
+                        help="folder for ablation.csv, ablation.md and ablation.png (created)")
+    report.add_argument("--rows", default=None, help="rows to report, e.g. ade (default: every row found)")
+    report.add_argument("--out", default=None, help="also write the command's JSON summary to this file")
     for name, text in (("restore", "check out one iteration's files (inputs and outputs) from the DVC remote"),
                        ("reproduce", "re-run one iteration from its inputs in the DVC remote in a scratch folder "
                                      "and compare every output file and metric with what was recorded: how much "
@@ -283,6 +291,7 @@ COMMANDS: dict[str, Command] = {
     "bootstrap": Command(lambda a: _commands().prepare(_configs(a), a.overrides, a.out), flow=True),
     "ablation": Command(lambda a: _commands().run_ablation(_configs(a, default=True), a.overrides, a.seeds, a.rows,
                                                            a.name, a.out, a.warm_start), flow=True),
+    "ablation-report": Command(lambda a: _commands().ablation_report(a.folders, a.into, a.rows, a.out)),
     "eval": Command(_eval, flow=True),
     "data": Command(lambda a: _commands().build_data(_configs(a, default=True), a.overrides, a.out), flow=True),
     "reproduce": Command(lambda a: _commands().reproduce(a.run, a.iteration, a.remote, a.into), flow=True),

@@ -167,6 +167,20 @@ def run_ablation(configs: list[str], overrides: list[str], seeds: int, rows: str
     return 0
 
 
+def ablation_report(folders: list[str], into: str, rows: str | None, out: str | None = None) -> int:
+    """`rla ablation-report`: one ablation table from the runs of several folders (tasks/reports/ablation_runs.py)."""
+    from tasks.reports.ablation_runs import report_runs
+
+    result = report_runs(folders, into, rows)
+    if out:
+        _emit(result, out)
+    print(result["table"])
+    for line in result["unfinished"]:
+        print(f"unfinished, reported as far as it got: {line}")
+    print(f"{len(result['runs'])} runs; files: {', '.join(result['files'].values())}")
+    return 0
+
+
 def build_data(configs: list[str], overrides: list[str], out: str | None) -> int:
     """Task files first (the warm-start must not train on them), then the warm-start of the config's
     run seed in a run of its own, then the judge benchmarks from its policy, then the manifest."""

@@ -44,16 +44,17 @@ def copy_warm_start(source: str | Path, configs: list[str], sets: list[str]) -> 
     `sets` name; returns the folders copied. Refused (BadValue, nothing copied) when `source` is not a
     run with a finished warm start, or when its config differs from this one beyond WARM_START_FREE and
     the keys any run may change."""
-    from flows.ablation import SHARED, share_warm_start
+    from flows.ablation import share_warm_start
     from rla_core.config import config_differences, load_config
     from rla_core.errors import BadValue
+    from tasks.checks.warm_start import WARM_START
     from tasks.paths import run_config
     from tasks.storage.files import is_done
 
     root = Path(source)
     if not (root / "config.yaml").is_file():
         raise BadValue(f"--warm-start {source}: not a run folder (no config.yaml)")
-    missing = [rel for rel in SHARED if not is_done(root / rel)]
+    missing = [rel for rel in WARM_START if not is_done(root / rel)]
     if missing:
         raise BadValue(f"--warm-start {source}: its warm start is not finished ({', '.join(missing)} not done)")
     cfg = load_config(configs, sets)

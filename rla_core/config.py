@@ -281,6 +281,15 @@ def _value_text(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def shown_value(cfg: Config, key: str) -> str:
+    """The value of the dotted `key` in `cfg`, short, for messages that name the keys two configs differ in."""
+    value: Any = cfg
+    for part in key.split("."):
+        value = getattr(value, part, None)
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _flag_value(value: Any) -> str:
     """`value` as `--set` reads it back: plain where YAML parses the text to the same value, else JSON."""
     if isinstance(value, str) and value.isprintable():

@@ -38,7 +38,7 @@ from rla_core.adaptation.cycle import AdaptReport
 from rla_core.adaptation.store import META_FILE, SLOTS_FILE, TaskStore
 from rla_core.ablation import JudgeWeight, Row, row_overrides
 from rla_core.config import (Config, ConfigError, config_differences, load_config, load_run_config, resolve_data_path,
-                             run_mismatch)
+                             run_mismatch, shown_value)
 from rla_core.envs.base import check_task_lines, get_environment
 from rla_core.errors import BadValue, DataError, MissingFile
 from rla_core.judge.benchmark import BenchmarkStep
@@ -517,15 +517,8 @@ def check_warm_start(source: str, root: Path, configs: list[str] | None, overrid
         theirs = load_run_config(found / CONFIG_FILE)
         differ = [key for key in config_differences(theirs, mine) if key not in allowed]
         if differ:
-            shown = "; ".join(f"{key}: {_value(theirs, key)} there, {_value(mine, key)} here" for key in differ[:3])
+            shown = "; ".join(f"{key}: {shown_value(theirs, key)} there, {shown_value(mine, key)} here" for key in differ[:3])
             more = f"; and {len(differ) - 3} more keys" if len(differ) > 3 else ""
             raise ConfigError(f"{_rel(found)} was warm-started with another config ({shown}{more}); --warm-start "
                               "reuses a warm start only where the config differs in λ and the rows' switches: set "
                               "those keys as that run had them")
-
-
-def _value(cfg: object, key: str) -> str:
-    for part in key.split("."):
-        cfg = getattr(cfg, part, None)
-    text = str(cfg).lower() if isinstance(cfg, bool) else str(cfg)
-    return text if len(text) <= 40 else text[:37] + "..."

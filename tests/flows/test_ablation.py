@@ -121,3 +121,57 @@ def test_a_sweep_row_reuses_an_earlier_ablations_warm_start(finished, tmp_path):
     assert child.data.tags["rla.ablation.warm_start"] == str(source)
     with pytest.raises(ConfigError, match="bootstrap.policy_steps: .* there, 1 here"):
         preflight.check_ablation(None, overrides + ["bootstrap.policy_steps=1"], 1, "e", "other", result["root"])
+
+
+def _run_copy(source, folder, edits=None):
+    """A run folder named `folder` holding `source`'s config.yaml with the dotted `edits` applied (only the
+    config is read when runs are collected)."""
+    import yaml
+
+    tree = yaml.safe_load((source / "config.yaml").read_text())
+    for key, value in (edits or {}).items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(tree))
+    return folder
+
+
+def test_ablation_report_joins_rows_of_two_ablations(finished, tmp_path):
+    """`rla ablation-report`: rows (a), (d) of one ablation and row (e) of a sweep in one table, with the
+    numbers each ablation's own report has for its runs; unlike runs are refused before anything is written."""
+    from flows.cli import main
+    from tasks.reports.ablation_runs import report_runs
+
+    result, overrides = finished
+    root = RunPaths.of(result["root"]).root
+    sweep = RunPaths.of(ablation(None, overrides, seeds=1, rows="e", name="sweep", warm_start=result["root"])["root"]).root
+    joined = report_runs([str(root), str(sweep / "e-seed0")], str(tmp_path / "joined"))
+    rows = list(csv.DictReader(open(joined["files"]["csv"])))
+    assert [(r["row"], r["seed"]) for r in rows] == [("a", "0"), ("d", "0"), ("e", "0")]
+    own = {r["row"]: r for r in csv.DictReader(open(result["files"]["csv"]))}
+    own["e"] = next(csv.DictReader(open(sweep / "ablation.csv")))
+    for r in rows:
+        assert {k: v for k, v in r.items() if k != "run_dir"} == {k: v for k, v in own[r["row"]].items() if k != "run_dir"}
+    assert "| (e) − (d) | 1 |" in joined["table"] and joined["unfinished"] == []
+    assert open(tmp_path / "joined" / "ablation.md").read() == joined["table"]
+
+    a, d, e = root / "a-seed0", root / "d-seed0", sweep / "e-seed0"
+    refused = {
+        "row \\(a\\), seed 0 twice": [str(root), str(_run_copy(a, tmp_path / "x" / "a-seed0"))],
+        "named row \\(d\\) .* but its config has λ = 0": [str(_run_copy(a, tmp_path / "y" / "d-seed0"))],
+        "row \\(d\\) at two values of λ": [str(root), str(_run_copy(d, tmp_path / "w" / "d-seed1",
+                                                                      {"reward.step_weight": 0.05}))],
+        "not the same experiment .*bootstrap.policy_steps: .* in a-seed0, 7": [
+            str(root), str(_run_copy(e, tmp_path / "z" / "e-seed1", {"bootstrap.policy_steps": 7}))],
+    }
+    from rla_core.errors import UserError
+
+    for message, folders in refused.items():
+        with pytest.raises(UserError, match=message):
+            report_runs(folders, str(tmp_path / "refused"))
+    assert not (tmp_path / "refused").exists()
+    assert main(["ablation-report", str(root), "--into", str(root)]) == 2  # would overwrite its own report

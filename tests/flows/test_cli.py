@@ -137,7 +137,7 @@ def test_one_table_holds_every_command_the_parser_accepts():
     from flows.cli import COMMANDS, _parser
 
     top = {path[1] for path, _ in _subparsers(_parser()) if len(path) == 2}
-    assert top == set(COMMANDS) and len(top) == 15
+    assert top == set(COMMANDS) and len(top) == 16
     flows = {name for name, command in COMMANDS.items() if command.flow}
     assert flows == {"quickstart", "run", "seed", "bootstrap", "eval", "ablation", "data", "reproduce", "bench"}
 
