@@ -24,7 +24,8 @@ from rla_core.ablation import Row, check_base, mean_se, parse_rows, row_override
 from rla_core.config import Config, TrackingConfig, load_config
 from tasks.checks.warm_start import WARM_START, warm_start_source
 from tasks.reports.ablation import RunResult, read_run, summary_markdown, write_report
-from tasks.settings import setting_for
+from tasks.paths import RunPaths
+from tasks.settings import judge_scores, setting_for
 from tasks.storage.files import is_done
 from tasks.tracking.tracker import PARENT_TAG, Tracker
 
@@ -41,6 +42,11 @@ def share_warm_start(source: Path, target: Path) -> list[str]:
             shutil.rmtree(target / rel, ignore_errors=True)
             shutil.copytree(source / rel, target / rel)
             copied.append(rel)
+    if copied:  # and the judge benchmark scores computed there (exact by key): a fixed judge is not scored again
+        cache, theirs = judge_scores.cache_dir(RunPaths.of(target)), judge_scores.cache_dir(RunPaths.of(source))
+        for entry in sorted(theirs.iterdir()) if theirs.is_dir() else ():
+            if entry.is_dir() and not entry.name.endswith(".tmp") and not (cache / entry.name).exists():
+                shutil.copytree(entry, cache / entry.name)
     return copied
 
 

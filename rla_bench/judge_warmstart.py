@@ -47,7 +47,9 @@ def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str],
     from tasks.settings.coding import demo_problems, judge_demonstrations, score_benchmark
 
     paths = RunPaths.of(run_dir)
-    cfg = load_config([run_dir / "config.yaml"], overrides + [f"coding.judge_work={form == 'worked'}"])
+    # its checkpoints are scratch: always scored, never cached in the run (the run folder stays as it was)
+    cfg = load_config([run_dir / "config.yaml"], overrides + [f"coding.judge_work={form == 'worked'}",
+                                                              "eval.reuse_judge_scores=false"])
     if not paths.coding_benchmark_dev.is_file():
         raise MissingFile(f"{paths.coding_benchmark_dev} is missing: the run needs a dev split (eval.dev_file) "
                           "and its seed stage")

@@ -248,7 +248,8 @@ def config_to_yaml(config: Config) -> str:
 
 
 # What a run may change between invocations: its length, where its folder is, where its stages run.
-RUN_FREE_KEYS = ("run.iterations", "run.output_dir", "run.keep_checkpoints", "orchestration")
+RUN_FREE_KEYS = ("run.iterations", "run.output_dir", "run.keep_checkpoints", "eval.reuse_judge_scores",
+                 "orchestration")
 _UNSET = object()
 
 

@@ -328,6 +328,7 @@ class EvalConfig(_Section):
         "ranks by its balanced accuracy. Coding builds its dev benchmark from eval.dev_file at seed time. "
         "None = none")
     dev_benchmark_m: int = Field(1, gt=0, description="judge samples per dev benchmark step")
+    reuse_judge_scores: bool = Field(True, description="reuse the run's earlier scoring of the same judge (exact)")
 
 
 class TrackingConfig(_Section):

@@ -42,6 +42,7 @@ from tasks.paths import RunPaths
 from tasks.storage.files import read_json, read_records, write_json, write_records
 from tasks.settings.base import (Setting, build_models, reserved_content, save_adapted, warm_start_role,
                                  warm_starts_environment)
+from tasks.settings.judge_scores import scored_once
 from tasks.stages.training import write_batches
 
 CORPUS_PROBLEMS = 300
@@ -163,13 +164,19 @@ def score_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, benchmark: Pa
     bench = read_records(benchmark, BenchmarkProblem)
     if not bench:
         return {}
-    tasks = [b.task for b in bench]
-    pools = [_program_trajectory(b.task, j, p) for b in bench for j, p in enumerate(b.programs)]
-    tests = tests_for(paths, cfg, tasks, pools, judge_dir, seed_value, desc)
-    runs = [ProgramRun(task_id=b.task.task_id, sample_index=j, statuses=[], pass_ratio=float(ok), pass_all=ok)
-            for b in bench for j, ok in enumerate(b.pass_all)]
-    write_records(tests_file, tests)
-    return coding_rewards.judge_metrics(runs, tests)
+
+    def score() -> dict[str, float]:
+        tasks = [b.task for b in bench]
+        pools = [_program_trajectory(b.task, j, p) for b in bench for j, p in enumerate(b.programs)]
+        tests = tests_for(paths, cfg, tasks, pools, judge_dir, seed_value, desc)
+        runs = [ProgramRun(task_id=b.task.task_id, sample_index=j, statuses=[], pass_ratio=float(ok), pass_all=ok)
+                for b in bench for j, ok in enumerate(b.pass_all)]
+        write_records(tests_file, tests)
+        return coding_rewards.judge_metrics(runs, tests)
+
+    # a fixed judge's scores are computed once per run (exact: tasks/settings/judge_scores.py)
+    return scored_once(paths, cfg, CodingSetting.judge_weight_key, judge_dir, benchmark, tests_file, seed_value,
+                       cfg.coding.tests_per_problem, score)
 
 
 class CodingSetting(Setting):

@@ -45,6 +45,7 @@ from tasks.stages.engines import engine_for, judge_all, rollout_tasks
 from tasks.paths import RunPaths
 from tasks.settings.base import (Setting, build_models, reserved_content, save_adapted, tokenize_pairs,
                                  warm_start_role, warm_starts_environment)
+from tasks.settings.judge_scores import scored_once
 from tasks.storage.files import read_json, read_records, write_json, write_records
 from tasks.stages.training import write_batches
 
@@ -184,14 +185,19 @@ def score_judge_benchmark(paths: RunPaths, cfg: Config, judge_dir: Path, benchma
                           seed: int, m: int, desc: str = "judge benchmark") -> dict[str, float]:
     """m verdicts of the judge in `judge_dir` on every step of a judge benchmark file (the run's copy of
     the held-out or the dev one); the verdicts go to `verdicts_file`."""
-    steps = read_records(benchmark, BenchmarkStep)
-    engine, tokenizer = engine_for(cfg, paths.root, "judge", judge_dir, cfg.judge.batch_size)
-    params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
-    with progress_bar(len(steps) * m, desc, unit="verdict") as bar:
-        verdicts, metrics = score_benchmark(engine, tokenizer, steps, m, params, cfg.rollout.history_turns,
-                                            progress=bar.update)
-    write_json(verdicts_file, {s.step_id: v for s, v in zip(steps, verdicts)})
-    return metrics
+    def score() -> dict[str, float]:
+        steps = read_records(benchmark, BenchmarkStep)
+        engine, tokenizer = engine_for(cfg, paths.root, "judge", judge_dir, cfg.judge.batch_size)
+        params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
+        with progress_bar(len(steps) * m, desc, unit="verdict") as bar:
+            verdicts, metrics = score_benchmark(engine, tokenizer, steps, m, params, cfg.rollout.history_turns,
+                                                progress=bar.update)
+        write_json(verdicts_file, {s.step_id: v for s, v in zip(steps, verdicts)})
+        return metrics
+
+    # a fixed judge's scores are computed once per run (exact: tasks/settings/judge_scores.py)
+    return scored_once(paths, cfg, EpisodicSetting.judge_weight_key, judge_dir, benchmark, verdicts_file, seed, m,
+                       score)
 
 
 class EpisodicSetting(Setting):

@@ -22,8 +22,13 @@ def finished(harness, micro, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
     dev = out / "dev.jsonl"  # 4 shipped dev tasks: the report's dev table is read from their evaluation
     dev.write_text("".join(open(PROJECT_ROOT / "data" / "household" / "dev.jsonl").readlines()[:4]))
+    benchmarks = []  # the first 40 steps of each shipped judge benchmark: scored at every evaluation
+    for name in ("judge_benchmark.jsonl", "judge_benchmark_dev.jsonl"):
+        benchmarks.append(out / name)
+        benchmarks[-1].write_text("".join(open(PROJECT_ROOT / "data" / "household" / name).readlines()[:40]))
     overrides = micro + [f"run.output_dir={out}", "environment.heldout_tasks=6", "train.optimizer_steps=2",
-                         f"eval.dev_file={dev}"]
+                         f"eval.dev_file={dev}", f"eval.judge_benchmark={benchmarks[0]}",
+                         f"eval.dev_judge_benchmark={benchmarks[1]}"]
     result = ablation(None, overrides, seeds=1, rows="ad", name="abl")
     return result, overrides
 
@@ -119,6 +124,10 @@ def test_a_sweep_row_reuses_an_earlier_ablations_warm_start(finished, tmp_path):
     client = MlflowClient(f"sqlite:///{sweep['root']}/mlflow.db")
     child = client.get_run(open(run / "mlflow_run_id.txt").read().strip())
     assert child.data.tags["rla.ablation.warm_start"] == str(source)
+    from tasks.settings.judge_scores import cache_dir  # the judge scores computed there came along
+
+    copied = {e.name for e in cache_dir(RunPaths.of(source)).iterdir()}
+    assert copied and copied <= {e.name for e in cache_dir(RunPaths.of(run)).iterdir()}
     with pytest.raises(ConfigError, match="bootstrap.policy_steps: .* there, 1 here"):
         preflight.check_ablation(None, overrides + ["bootstrap.policy_steps=1"], 1, "e", "other", result["root"])
 
@@ -175,3 +184,32 @@ def test_ablation_report_joins_rows_of_two_ablations(finished, tmp_path):
             report_runs(folders, str(tmp_path / "refused"))
     assert not (tmp_path / "refused").exists()
     assert main(["ablation-report", str(root), "--into", str(root)]) == 2  # would overwrite its own report
+
+
+def test_a_fixed_judge_is_scored_once_and_reuse_is_exact(finished, tmp_path):
+    """Row (a)'s judge is the warm start's: its evaluation after iteration 1 reuses the baseline's benchmark
+    scores (eval.reuse_judge_scores), and scoring that judge afresh gives the same verdicts and metrics. Row
+    (d) trains its judge: its evaluation scores the new judge."""
+    from tasks.common import eval_seed
+    from tasks.paths import run_config
+    from tasks.settings.episodic import score_judge_benchmark
+    from tasks.settings.judge_scores import cache_dir
+
+    result, _ = finished
+    root = RunPaths.of(result["root"]).root
+    a, d = RunPaths.of(root / "a-seed0"), RunPaths.of(root / "d-seed0")
+    files = ("benchmark_verdicts.json", "dev_benchmark_verdicts.json")
+    for name in files:
+        assert (a.it(1).root / "evaluate" / name).read_bytes() == (a.baseline / name).read_bytes(), name
+    entries = list(cache_dir(a).iterdir())
+    assert len(entries) == len(files)  # the baseline's two; iteration 1 added none and rewrote none (a hit)
+    done = (a.baseline / "_DONE").stat().st_mtime_ns
+    assert all((entry / "metrics.json").stat().st_mtime_ns <= done for entry in entries)
+    assert len(list(cache_dir(d).iterdir())) == 2 * len(files)  # d's trained judge was scored
+    cfg = run_config(a.root).model_copy(deep=True)
+    cfg.eval.reuse_judge_scores = False
+    fresh = score_judge_benchmark(a, cfg, a.model_dir(2, "judge"), a.judge_benchmark, tmp_path / "v.json",
+                                  eval_seed(cfg), cfg.eval.benchmark_m)
+    logged = json.loads((a.it(1).root / "evaluate" / "metrics.json").read_text())
+    assert fresh == {k.split("/", 1)[1]: v for k, v in logged.items() if k.startswith("bench/")}
+    assert (tmp_path / "v.json").read_bytes() == (a.it(1).root / "evaluate" / files[0]).read_bytes()

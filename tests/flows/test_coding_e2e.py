@@ -322,3 +322,30 @@ def test_ablation_report_reads_the_coding_runs_own_metrics(coding_run):
     assert result.train_judge == judged and result.train_judge_metric == "judge UT accuracy on the iteration's programs"
     assert "Judge UT accuracy on the iteration's programs, per iteration" in table
     assert f"| (e) full loop, λ = 0 | {judged[0]:.3f} ± 0.000 | {judged[1]:.3f} ± 0.000 |" in table
+
+
+def test_a_judge_scored_before_gets_its_scores_back_exactly(coding_run, tmp_path, monkeypatch):
+    """The warm-start judge's benchmark scores are in the run's cache (tasks/settings/judge_scores.py): a
+    second scoring of it returns the baseline's tests and metrics without generating; scoring it afresh
+    (eval.reuse_judge_scores: false) gives the same tests and metrics."""
+    from tasks.common import eval_seed
+    from tasks.settings.coding import score_benchmark
+    from tasks.settings.judge_scores import cache_dir
+
+    paths, _, _ = coding_run
+    cfg = run_config(str(paths.root))
+    entries = len(list(cache_dir(paths).iterdir()))
+    logged = read_json(paths.baseline / "metrics.json")
+    expected = {k.split("/", 1)[1]: v for k, v in logged.items() if k.startswith("bench/")}
+    with monkeypatch.context() as patch:  # a hit generates nothing
+        patch.setattr("tasks.settings.coding.tests_for", lambda *a, **k: pytest.fail("the judge was run again"))
+        reused = score_benchmark(paths, cfg, paths.bootstrap / "judge", paths.coding_benchmark,
+                                 tmp_path / "a.jsonl", eval_seed(cfg))
+    assert len(list(cache_dir(paths).iterdir())) == entries
+    off = cfg.model_copy(deep=True)
+    off.eval.reuse_judge_scores = False
+    fresh = score_benchmark(paths, off, paths.bootstrap / "judge", paths.coding_benchmark, tmp_path / "b.jsonl",
+                            eval_seed(cfg))
+    assert reused == fresh == expected and expected
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes() \
+        == (paths.baseline / "benchmark_tests.jsonl").read_bytes()
