@@ -24,7 +24,7 @@ SCRIPT_PARTS = {
     "slot-games": "how often a finished run's policy wins each of its seed slots' TextWorld games",
     "train-options": "step time, peak memory and loss of each train.trainable option (and bf16) on a real model",
     "learning-check": "household on SmolLM2: full loop vs outcome only, held-out and judge before/after (GPU)",
-    "judge-warmstart": "coding judge warm-start length and test form (plain / worked), scored on the dev benchmark",
+    "judge-warmstart": "judge warm-start length (coding: and test form), scored on the dev judge benchmark",
 }
 SET_HELP = "override one config key, e.g. --set rollout.n=8 (repeatable; `rla config` lists the keys)"
 

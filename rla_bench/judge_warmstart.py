@@ -1,15 +1,20 @@
-"""How long the coding judge's warm-start should be, and in which form, chosen on the DEV judge benchmark:
+"""How long the judge's warm-start should be (coding: and in which form), chosen on the DEV judge benchmark:
 the judge is warm-started from a run's initial weights exactly as `bootstrap` does it (same pairs, seed,
-trainable subset, dtype, lr and batch), once per test form (plain, or worked: `coding.judge_work`), with a
-checkpoint at each of `--steps`; each checkpoint writes U tests per dev benchmark problem, scored on the
-problem's fixed program pool (UT accuracy, detect rate, parse rate). Held-out problems are never read.
+trainable subset, dtype, lr and batch), with a checkpoint at each of `--steps`, and each checkpoint is
+scored on the run's dev judge benchmark. Held-out tasks and the held-out benchmark are never read.
+
+- coding: once per test form (plain, or worked: `coding.judge_work`); each checkpoint writes U tests per
+  dev benchmark problem, scored on the problem's fixed program pool (UT accuracy, detect rate, parse rate).
+- household / TextWorld: on the oracle step labels `bootstrap` trains on; each checkpoint gives
+  eval.dev_benchmark_m verdicts per step of the dev judge benchmark (balanced accuracy, p+, p-).
 
     rla bench judge-warmstart --run RUN [--steps 40,80,160] [--form worked --form plain]
         [--set KEY=VALUE ...] [--out FILE]
 
-RUN: a coding run folder with its seed stage and initial models (e.g. `rla run --config configs/coding.yaml
---config configs/smol_coding.yaml --set run.iterations=0`) and a dev split (eval.dev_file). Its config is
-read from the folder; --set changes it for this bench only (e.g. bootstrap.lr=3e-4).
+RUN: a run folder with its seed stage and initial models (e.g. `rla run --config configs/coding.yaml
+--config configs/smol_coding.yaml --set run.iterations=0`) and a dev split (coding: eval.dev_file; the
+games: eval.dev_judge_benchmark). Its config is read from the folder; --set changes it for this bench only
+(e.g. bootstrap.lr=3e-4).
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ import shutil
 import time
 from pathlib import Path
 
-FORMS = ("plain", "worked")
+FORMS = ("plain", "worked")  # coding's test forms; the games' judge has one form ("verdict")
+GAME_FORM = "verdict"
 
 
 def _steps(text: str) -> list[int]:
@@ -44,18 +50,28 @@ def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str],
     from rla_core.training import trainable as trainable_weights
     from tasks.paths import RunPaths
     from tasks.settings.base import warm_start_role
+    from rla_core.bootstrap import balance, judge_pairs
+    from tasks.settings import setting_for
     from tasks.settings.coding import demo_problems, judge_demonstrations, score_benchmark
+    from tasks.settings.episodic import demo_walks, score_judge_benchmark
 
     paths = RunPaths.of(run_dir)
     # its checkpoints are scratch: always scored, never cached in the run (the run folder stays as it was)
-    cfg = load_config([run_dir / "config.yaml"], overrides + [f"coding.judge_work={form == 'worked'}",
-                                                              "eval.reuse_judge_scores=false"])
-    if not paths.coding_benchmark_dev.is_file():
-        raise MissingFile(f"{paths.coding_benchmark_dev} is missing: the run needs a dev split (eval.dev_file) "
-                          "and its seed stage")
+    sets = [f"coding.judge_work={form == 'worked'}"] if form in FORMS else []
+    cfg = load_config([run_dir / "config.yaml"], overrides + [*sets, "eval.reuse_judge_scores=false"])
+    coding = setting_for(cfg).name == "coding"
+    benchmark = paths.coding_benchmark_dev if coding else paths.judge_benchmark_dev
+    if not benchmark.is_file():
+        need = "eval.dev_file" if coding else "eval.dev_judge_benchmark"
+        raise MissingFile(f"{benchmark} is missing: the run needs a dev judge benchmark ({need}) and its seed stage")
     if not (paths.init_models / "judge").is_dir():
         raise MissingFile(f"{paths.init_models / 'judge'} is missing: run the run's init stage first")
-    pairs = judge_demonstrations(cfg, demo_problems(cfg, paths, cfg.bootstrap.demos, "demos"))
+    if coding:
+        pairs = judge_demonstrations(cfg, demo_problems(cfg, paths, cfg.bootstrap.demos, "demos"))
+    else:  # the oracle step labels of `bootstrap` (tasks/settings/episodic.py), balanced as there
+        boot = cfg.bootstrap
+        walks = demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels", boot.exclude_train_games)
+        pairs = balance(judge_pairs(walks, cfg.rollout.history_turns), random.Random(cfg.run.seed))
     losses: dict[int, float] = {}
     train_seconds: dict[int, float] = {}
     clock = {"start": time.perf_counter(), "saving": 0.0}
@@ -74,8 +90,13 @@ def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str],
     for step in steps:
         folder = work / form / f"step{step}"
         began = time.perf_counter()
-        scores = score_benchmark(paths, cfg, folder, paths.coding_benchmark_dev, folder / "dev_benchmark_tests.jsonl",
-                                 cfg.run.seed, f"dev judge benchmark ({form}, step {step})")
+        desc = f"dev judge benchmark ({form}, step {step})"
+        if coding:
+            scores = score_benchmark(paths, cfg, folder, benchmark, folder / "dev_benchmark_tests.jsonl",
+                                     cfg.run.seed, desc)
+        else:
+            scores = score_judge_benchmark(paths, cfg, folder, benchmark, folder / "dev_benchmark_verdicts.json",
+                                           cfg.run.seed, cfg.eval.dev_benchmark_m, desc)
         tail = [losses[s] for s in range(max(1, step - 9), step + 1)]
         rows.append({"form": form, "steps": step, "loss_last10": sum(tail) / len(tail),
                      "train_seconds": train_seconds[step], "score_seconds": time.perf_counter() - began,
@@ -85,10 +106,10 @@ def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rla bench judge-warmstart", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", required=True, help="a coding run folder with seed, initial models and a dev split")
+    parser.add_argument("--run", required=True, help="a run folder with seed, initial models and a dev split")
     parser.add_argument("--steps", default="40,80,160", help="checkpoints (comma-separated; default 40,80,160)")
     parser.add_argument("--form", action="append", choices=FORMS, default=None,
-                        help="test form, repeatable (default: both)")
+                        help="coding: test form, repeatable (default: both); not for the games")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="change the run's config for this bench")
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints (538 MB each for SmolLM2)")
@@ -96,25 +117,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from rla_bench.common import machine, print_table, write_result
-    from rla_core.errors import MissingFile
+    from rla_core.config import load_run_config
+    from rla_core.errors import BadValue, MissingFile
+    from tasks.settings import setting_for
 
     run_dir = Path(args.run).resolve()
     if not (run_dir / "config.yaml").is_file():
         raise MissingFile(f"{run_dir}/config.yaml is missing: --run takes a run folder (e.g. runs/smol-coding)")
     steps = _steps(args.steps)
+    coding = setting_for(load_run_config(run_dir / "config.yaml")).name == "coding"
+    if args.form and not coding:
+        raise BadValue("--form: the test forms are the coding judge's; this run's judge gives verdicts")
     work = run_dir / "bench_judge_warmstart"
     rows = []
     try:
-        for form in args.form or list(FORMS):
+        for form in (args.form or list(FORMS)) if coding else [GAME_FORM]:
             rows += warm_start(run_dir, form, steps, args.overrides, work)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    scores = (("UT accuracy", "ut_accuracy"), ("detect rate", "detect_rate"), ("parse rate", "parse_rate")) \
+        if coding else (("balanced acc.", "balanced_acc"), ("p+", "p_pos"), ("p-", "p_neg"))
     print_table(f"judge warm start on the dev judge benchmark ({run_dir.name})",
-                ["form", "steps", "loss (last 10)", "UT accuracy", "detect rate", "parse rate", "train s"],
-                [[r["form"], r["steps"], r["loss_last10"], r.get("dev_bench_ut_accuracy", float("nan")),
-                  r.get("dev_bench_detect_rate", float("nan")), r.get("dev_bench_parse_rate", float("nan")),
-                  r["train_seconds"]] for r in rows])
+                ["form", "steps", "loss (last 10)", *(name for name, _ in scores), "train s"],
+                [[r["form"], r["steps"], r["loss_last10"],
+                  *(r.get(f"dev_bench_{key}", float("nan")) for _, key in scores), r["train_seconds"]] for r in rows])
     write_result(args.out, Path("bench/results/judge_warmstart.json"),
                  {"run": str(run_dir), "steps": steps, "overrides": args.overrides, "rows": rows,
                   "machine": machine()})

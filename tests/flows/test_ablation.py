@@ -213,3 +213,41 @@ def test_a_fixed_judge_is_scored_once_and_reuse_is_exact(finished, tmp_path):
     logged = json.loads((a.it(1).root / "evaluate" / "metrics.json").read_text())
     assert fresh == {k.split("/", 1)[1]: v for k, v in logged.items() if k.startswith("bench/")}
     assert (tmp_path / "v.json").read_bytes() == (a.it(1).root / "evaluate" / files[0]).read_bytes()
+
+
+def test_judge_warmstart_bench_on_a_household_run_retrains_the_bootstrap_judge_and_scores_dev(finished, tmp_path):
+    """`rla bench judge-warmstart` on a game run: its checkpoint at bootstrap.judge_steps is the run's own
+    warm-started judge, weight for weight (the same pairs, seed and steps as `bootstrap`); each checkpoint is
+    scored on the dev judge benchmark only; the run folder is left as it was; --form is refused."""
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    from rla_bench.judge_warmstart import main
+    from rla_core.errors import BadValue
+    from tasks.paths import run_config
+
+    result, _ = finished
+    run = RunPaths.of(result["root"]).root / "a-seed0"
+    steps = run_config(str(run)).bootstrap.judge_steps
+
+    def tree():
+        return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(run.rglob("*")) if p.is_file() and p.suffix != ".lock"}
+
+    before = tree()
+    out = tmp_path / "judge_warmstart.json"
+    assert main(["--run", str(run), "--steps", f"{steps},1", "--keep", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["form"], r["steps"]) for r in rows] == [("verdict", 1), ("verdict", steps)]
+    for row in rows:
+        assert 0.0 <= row["dev_bench_balanced_acc"] <= 1.0 and row["train_seconds"] > 0
+    kept = load_file(run / "bench_judge_warmstart" / "verdict" / f"step{steps}" / "model.safetensors")
+    own = load_file(run / "models" / "bootstrap" / "judge" / "model.safetensors")
+    assert kept.keys() == own.keys() and all(kept[k].equal(own[k]) for k in own)
+    import shutil
+
+    shutil.rmtree(run / "bench_judge_warmstart")
+    assert tree() == before
+    with pytest.raises(BadValue, match="--form"):
+        main(["--run", str(run), "--steps", "1", "--form", "plain"])
