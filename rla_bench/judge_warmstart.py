@@ -41,37 +41,55 @@ def _steps(text: str) -> list[int]:
     return steps
 
 
+def _judge_data(paths, cfg) -> tuple[list, Path]:
+    """The judge's warm-start pairs exactly as `bootstrap` builds them, and the dev judge benchmark."""
+    from rla_core.bootstrap import balance, judge_pairs
+    from rla_core.errors import MissingFile
+    from tasks.settings import setting_for
+    from tasks.settings.coding import demo_problems, judge_demonstrations
+    from tasks.settings.episodic import demo_walks
+
+    games = setting_for(cfg).episodic
+    benchmark = paths.judge_benchmark_dev if games else paths.coding_benchmark_dev
+    if not benchmark.is_file():
+        need = "eval.dev_judge_benchmark" if games else "eval.dev_file"
+        raise MissingFile(f"{benchmark} is missing: the run needs a dev judge benchmark ({need}) and its seed stage")
+    if not (paths.init_models / "judge").is_dir():
+        raise MissingFile(f"{paths.init_models / 'judge'} is missing: run the run's init stage first")
+    boot = cfg.bootstrap
+    if not games:  # coding: demonstration tests (plain or worked)
+        return judge_demonstrations(cfg, demo_problems(cfg, paths, boot.demos, "demos")), benchmark
+    # the games: the oracle step labels of `bootstrap` (tasks/settings/episodic.py), balanced as there
+    walks = demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels", boot.exclude_train_games)
+    return balance(judge_pairs(walks, cfg.rollout.history_turns), random.Random(cfg.run.seed)), benchmark
+
+
+def _score_dev(paths, cfg, folder: Path, benchmark: Path, desc: str) -> dict[str, float]:
+    """One checkpoint on the dev judge benchmark: the games' verdicts, or coding's unit tests."""
+    from tasks.settings import setting_for
+    from tasks.settings.coding import score_benchmark
+    from tasks.settings.episodic import score_judge_benchmark
+
+    if setting_for(cfg).episodic:
+        return score_judge_benchmark(paths, cfg, folder, benchmark, folder / "dev_benchmark_verdicts.json",
+                                     cfg.run.seed, cfg.eval.dev_benchmark_m, desc)
+    return score_benchmark(paths, cfg, folder, benchmark, folder / "dev_benchmark_tests.jsonl", cfg.run.seed, desc)
+
+
 def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str], work: Path) -> list[dict]:
     """Warm-start the judge in `form` to max(steps), saving a checkpoint at each of `steps`, then score every
     checkpoint on the run's dev judge benchmark. One row per checkpoint."""
     from rla_core.config import load_config
-    from rla_core.errors import MissingFile
     from rla_core.models.factory import save_pretrained
     from rla_core.training import trainable as trainable_weights
     from tasks.paths import RunPaths
     from tasks.settings.base import warm_start_role
-    from rla_core.bootstrap import balance, judge_pairs
-    from tasks.settings import setting_for
-    from tasks.settings.coding import demo_problems, judge_demonstrations, score_benchmark
-    from tasks.settings.episodic import demo_walks, score_judge_benchmark
 
     paths = RunPaths.of(run_dir)
     # its checkpoints are scratch: always scored, never cached in the run (the run folder stays as it was)
     sets = [f"coding.judge_work={form == 'worked'}"] if form in FORMS else []
     cfg = load_config([run_dir / "config.yaml"], overrides + [*sets, "eval.reuse_judge_scores=false"])
-    coding = setting_for(cfg).name == "coding"
-    benchmark = paths.coding_benchmark_dev if coding else paths.judge_benchmark_dev
-    if not benchmark.is_file():
-        need = "eval.dev_file" if coding else "eval.dev_judge_benchmark"
-        raise MissingFile(f"{benchmark} is missing: the run needs a dev judge benchmark ({need}) and its seed stage")
-    if not (paths.init_models / "judge").is_dir():
-        raise MissingFile(f"{paths.init_models / 'judge'} is missing: run the run's init stage first")
-    if coding:
-        pairs = judge_demonstrations(cfg, demo_problems(cfg, paths, cfg.bootstrap.demos, "demos"))
-    else:  # the oracle step labels of `bootstrap` (tasks/settings/episodic.py), balanced as there
-        boot = cfg.bootstrap
-        walks = demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels", boot.exclude_train_games)
-        pairs = balance(judge_pairs(walks, cfg.rollout.history_turns), random.Random(cfg.run.seed))
+    pairs, benchmark = _judge_data(paths, cfg)
     losses: dict[int, float] = {}
     train_seconds: dict[int, float] = {}
     clock = {"start": time.perf_counter(), "saving": 0.0}
@@ -90,13 +108,7 @@ def warm_start(run_dir: Path, form: str, steps: list[int], overrides: list[str],
     for step in steps:
         folder = work / form / f"step{step}"
         began = time.perf_counter()
-        desc = f"dev judge benchmark ({form}, step {step})"
-        if coding:
-            scores = score_benchmark(paths, cfg, folder, benchmark, folder / "dev_benchmark_tests.jsonl",
-                                     cfg.run.seed, desc)
-        else:
-            scores = score_judge_benchmark(paths, cfg, folder, benchmark, folder / "dev_benchmark_verdicts.json",
-                                           cfg.run.seed, cfg.eval.dev_benchmark_m, desc)
+        scores = _score_dev(paths, cfg, folder, benchmark, f"dev judge benchmark ({form}, step {step})")
         tail = [losses[s] for s in range(max(1, step - 9), step + 1)]
         rows.append({"form": form, "steps": step, "loss_last10": sum(tail) / len(tail),
                      "train_seconds": train_seconds[step], "score_seconds": time.perf_counter() - began,
@@ -125,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (run_dir / "config.yaml").is_file():
         raise MissingFile(f"{run_dir}/config.yaml is missing: --run takes a run folder (e.g. runs/smol-coding)")
     steps = _steps(args.steps)
-    coding = setting_for(load_run_config(run_dir / "config.yaml")).name == "coding"
+    coding = not setting_for(load_run_config(run_dir / "config.yaml")).episodic
     if args.form and not coding:
         raise BadValue("--form: the test forms are the coding judge's; this run's judge gives verdicts")
     work = run_dir / "bench_judge_warmstart"
