@@ -42,11 +42,8 @@ def share_warm_start(source: Path, target: Path) -> list[str]:
             shutil.rmtree(target / rel, ignore_errors=True)
             shutil.copytree(source / rel, target / rel)
             copied.append(rel)
-    if copied:  # and the judge benchmark scores computed there (exact by key): a fixed judge is not scored again
-        cache, theirs = judge_scores.cache_dir(RunPaths.of(target)), judge_scores.cache_dir(RunPaths.of(source))
-        for entry in sorted(theirs.iterdir()) if theirs.is_dir() else ():
-            if entry.is_dir() and not entry.name.endswith(".tmp") and not (cache / entry.name).exists():
-                shutil.copytree(entry, cache / entry.name)
+    if copied:  # and the judge benchmark scores computed there: a fixed judge is not scored again
+        judge_scores.copy_cache(RunPaths.of(source), RunPaths.of(target))
     return copied
 
 

@@ -34,6 +34,7 @@ import torch
 
 from rla_core.config import RUN_FREE_KEYS, Config
 from tasks.paths import RunPaths
+from tasks.stages.datasets import sha256
 from tasks.storage.files import read_json, write_json
 
 METRICS_FILE = "metrics.json"
@@ -94,7 +95,7 @@ def scores_key(cfg: Config, weight_key: str, judge_dir: Path, benchmark: Path, s
     """The exact identity of a benchmark scoring (module docstring): equal keys, equal verdicts and metrics."""
     parts = {
         "judge": _tree_digest(Path(judge_dir), skip=_SKIPPED_MODEL_FILES),
-        "benchmark": _tree_digest(Path(benchmark).parent, Path(benchmark).name),
+        "benchmark": sha256(Path(benchmark)),
         "seed": seed, "m": m,
         "config": _scoring_config(cfg, weight_key),
         "code": code_digest(),
@@ -116,6 +117,18 @@ def _cpu_model() -> str:
 def cache_dir(paths: RunPaths) -> Path:
     """The run's reusable judge scores: <key>/metrics.json and <key>/output, the verdicts file (not versioned)."""
     return paths.root / "cache" / "judge_scores"
+
+
+def copy_cache(source: RunPaths, target: RunPaths) -> list[str]:
+    """Copy the finished cache entries of run `source` that run `target` lacks (with a copied warm start:
+    exact by key, so a fixed judge is not scored again there); returns the keys copied."""
+    theirs, mine = cache_dir(source), cache_dir(target)
+    copied = []
+    for entry in sorted(theirs.iterdir()) if theirs.is_dir() else ():
+        if entry.is_dir() and not entry.name.endswith(".tmp") and not (mine / entry.name).exists():
+            shutil.copytree(entry, mine / entry.name)
+            copied.append(entry.name)
+    return copied
 
 
 def scored_once(paths: RunPaths, cfg: Config, weight_key: str, judge_dir: Path, benchmark: Path, out_file: Path,
