@@ -25,6 +25,7 @@ SCRIPT_PARTS = {
     "train-options": "step time, peak memory and loss of each train.trainable option (and bf16) on a real model",
     "learning-check": "household on SmolLM2: full loop vs outcome only, held-out and judge before/after (GPU)",
     "judge-warmstart": "judge warm-start length (coding: and test form), scored on the dev judge benchmark",
+    "policy-warmstart": "policy warm-start length, scored on the dev tasks as an evaluation scores them",
 }
 SET_HELP = "override one config key, e.g. --set rollout.n=8 (repeatable; `rla config` lists the keys)"
 

@@ -81,6 +81,16 @@ class Setting:
         """Supervised warm-start of the models into models/bootstrap."""
         raise NotImplementedError
 
+    def warm_start_pairs(self, paths: RunPaths, cfg: Config, role: str) -> list[tuple[str, str]]:
+        """`bootstrap`'s supervised (prompt, target) pairs of `role` ("policy" or "judge"), the very ones it
+        trains on: the warm-start benches (rla_bench/warmstart.py) retrain on them."""
+        raise NotImplementedError
+
+    def dev_policy_scores(self, paths: RunPaths, cfg: Config, policy_dir: Path, out: Path,
+                          seed: int) -> dict[str, float]:
+        """The policy's part of the dev scores (`dev/*` without `dev/bench_*`); {} without a dev split."""
+        raise NotImplementedError
+
     # ---- one iteration
     def rollout(self, paths: RunPaths, cfg: Config, k: int) -> dict:
         raise NotImplementedError

@@ -143,6 +143,19 @@ def evaluate_dev(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path
     accuracy / detect rate on the dev benchmark's program pools (`dev/bench_*`). {} without a dev split."""
     if not cfg.eval.dev_file:
         return {}
+    metrics = dev_policy_scores(paths, cfg, policy_dir, out, seed_value)
+    if paths.coding_benchmark_dev.is_file():
+        scores = score_benchmark(paths, cfg, judge_dir, paths.coding_benchmark_dev, out / "dev_benchmark_tests.jsonl",
+                                 seed_value, "dev judge benchmark")
+        metrics.update({f"dev/bench_{n}": v for n, v in scores.items()})
+    return metrics
+
+
+def dev_policy_scores(paths: RunPaths, cfg: Config, policy_dir: Path, out: Path, seed_value: int) -> dict[str, float]:
+    """pass@1 of eval.dev_episodes_per_task programs per dev problem (`dev/*`, success_rate = pass@1); the
+    programs' runs go to out/dev_programs.jsonl. {} without a dev split."""
+    if not cfg.eval.dev_file:
+        return {}
     tasks = read_records(paths.dev, Task)
     _, runs = programs_for(paths, cfg, tasks, policy_dir, cfg.eval.dev_episodes_per_task, cfg.eval.temperature,
                            seed_value, "dev eval")
@@ -150,10 +163,6 @@ def evaluate_dev(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path
     metrics = {f"dev/{n}": v for n, v in coding_rewards.outcome_metrics(runs).items()}
     metrics["dev/success_rate"] = metrics["dev/pass_at_1"]
     metrics["dev/episodes"] = float(len(runs))
-    if paths.coding_benchmark_dev.is_file():
-        scores = score_benchmark(paths, cfg, judge_dir, paths.coding_benchmark_dev, out / "dev_benchmark_tests.jsonl",
-                                 seed_value, "dev judge benchmark")
-        metrics.update({f"dev/bench_{n}": v for n, v in scores.items()})
     return metrics
 
 
@@ -241,8 +250,8 @@ class CodingSetting(Setting):
         rewriter's tiny environment model, SFT on procedural rewrites in pipeline form."""
         boot = cfg.bootstrap
         demos = demo_problems(cfg, paths, boot.demos, "demos")
-        jobs = {"policy": (policy_pairs(demos), boot.policy_steps, boot.lr),
-                "judge": (judge_demonstrations(cfg, demos), boot.judge_steps, boot.lr)}
+        jobs = {"policy": (self.warm_start_pairs(paths, cfg, "policy", demos), boot.policy_steps, boot.lr),
+                "judge": (self.warm_start_pairs(paths, cfg, "judge", demos), boot.judge_steps, boot.lr)}
         if warm_starts_environment(cfg):
             jobs["environment"] = (rewrite_pairs_coding(CODING, demos, random.Random(f"{cfg.run.seed}/env-demos"),
                                                         with_feedback=True),
@@ -256,6 +265,17 @@ class CodingSetting(Setting):
             summary[f"bootstrap/{role}_pairs"] = float(len(pairs))
             summary[f"bootstrap/{role}_seconds"] = time.perf_counter() - start
         return summary
+
+    def warm_start_pairs(self, paths: RunPaths, cfg: Config, role: str,
+                         demos: list[Task] | None = None) -> list[tuple[str, str]]:
+        """The policy's reference programs, or the judge's correct unit tests (worked with coding.judge_work),
+        of bootstrap.demos fresh problems (`demos`: those problems, already drawn)."""
+        demos = demos if demos is not None else demo_problems(cfg, paths, cfg.bootstrap.demos, "demos")
+        return policy_pairs(demos) if role == "policy" else judge_demonstrations(cfg, demos)
+
+    def dev_policy_scores(self, paths: RunPaths, cfg: Config, policy_dir: Path, out: Path,
+                          seed: int) -> dict[str, float]:
+        return dev_policy_scores(paths, cfg, policy_dir, out, seed)
 
     # ---------------------------------------------------------------- the iteration
     def rollout(self, paths: RunPaths, cfg: Config, k: int) -> dict:

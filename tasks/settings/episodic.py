@@ -165,19 +165,26 @@ def evaluate_dev(paths: RunPaths, cfg: Config, policy_dir: Path, judge_dir: Path
     dev tasks (`dev/*`: eval.dev_episodes_per_task episodes per task at eval.temperature; no greedy pass)
     and the judge on the dev benchmark (`dev/bench_*`, eval.dev_benchmark_m verdicts per step). {} when no
     dev split is configured."""
-    metrics: dict[str, float] = {}
-    if cfg.eval.dev_file:
-        tasks = read_records(paths.dev, Task)
-        trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.dev_episodes_per_task,
-                                        cfg.eval.temperature, seed, "dev eval")
-        write_records(out / "dev_trajectories.jsonl", trajectories)
-        metrics.update({f"dev/{n}": v for n, v in rollout_metrics(trajectories).items()})
-        metrics["dev/episodes"] = float(len(trajectories))
+    metrics = dev_policy_scores(paths, cfg, policy_dir, out, seed)
     if cfg.eval.dev_judge_benchmark:
         scores = score_judge_benchmark(paths, cfg, judge_dir, paths.judge_benchmark_dev,
                                        out / "dev_benchmark_verdicts.json", seed, cfg.eval.dev_benchmark_m,
                                        "dev judge benchmark")
         metrics.update({f"dev/bench_{n}": v for n, v in scores.items()})
+    return metrics
+
+
+def dev_policy_scores(paths: RunPaths, cfg: Config, policy_dir: Path, out: Path, seed: int) -> dict[str, float]:
+    """The policy's success on the dev tasks (`dev/*`); its episodes go to out/dev_trajectories.jsonl. {}
+    when no dev split is configured."""
+    if not cfg.eval.dev_file:
+        return {}
+    tasks = read_records(paths.dev, Task)
+    trajectories, _ = rollout_tasks(paths, cfg, tasks, policy_dir, cfg.eval.dev_episodes_per_task,
+                                    cfg.eval.temperature, seed, "dev eval")
+    write_records(out / "dev_trajectories.jsonl", trajectories)
+    metrics = {f"dev/{n}": v for n, v in rollout_metrics(trajectories).items()}
+    metrics["dev/episodes"] = float(len(trajectories))
     return metrics
 
 
@@ -255,15 +262,10 @@ class EpisodicSetting(Setting):
     def bootstrap(self, paths: RunPaths, cfg: Config) -> dict:
         """Supervised warm-start: policy on oracle demonstrations, judge on oracle step labels, and (llm
         rewriter) the environment model on procedural rewrites of the critic feedback of those two."""
-        boot, keep = cfg.bootstrap, cfg.rollout.history_turns
+        boot = cfg.bootstrap
         summary: dict[str, float] = {}
-        apart = boot.exclude_train_games
-        jobs = {
-            "policy": (policy_pairs(demo_walks(cfg, paths, boot.demos, WALK_NOISE, "demos", apart), keep),
-                       boot.policy_steps),
-            "judge": (balance(judge_pairs(demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels", apart),
-                                          keep), random.Random(cfg.run.seed)), boot.judge_steps),
-        }
+        jobs = {role: (self.warm_start_pairs(paths, cfg, role), steps)
+                for role, steps in (("policy", boot.policy_steps), ("judge", boot.judge_steps))}
         for role, (pairs, steps) in jobs.items():
             model, tokenizer, metrics = warm_start_role(paths, cfg, role, pairs, steps, boot.lr)
             save_pretrained(trainable_weights.merge(model), tokenizer, paths.bootstrap / role)
@@ -271,6 +273,19 @@ class EpisodicSetting(Setting):
         if warm_starts_environment(cfg):
             summary.update(warm_start_environment(cfg, paths))
         return summary
+
+    def warm_start_pairs(self, paths: RunPaths, cfg: Config, role: str) -> list[tuple[str, str]]:
+        """The policy's oracle demonstrations (walks with WALK_NOISE random actions), or the judge's oracle
+        step labels (walks with bootstrap.bad_action_rate, balanced), as (prompt, target) pairs."""
+        boot, keep, apart = cfg.bootstrap, cfg.rollout.history_turns, cfg.bootstrap.exclude_train_games
+        if role == "policy":
+            return policy_pairs(demo_walks(cfg, paths, boot.demos, WALK_NOISE, "demos", apart), keep)
+        walks = demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels", apart)
+        return balance(judge_pairs(walks, keep), random.Random(cfg.run.seed))
+
+    def dev_policy_scores(self, paths: RunPaths, cfg: Config, policy_dir: Path, out: Path,
+                          seed: int) -> dict[str, float]:
+        return dev_policy_scores(paths, cfg, policy_dir, out, seed)
 
     # ---------------------------------------------------------------- the iteration
     def rollout(self, paths: RunPaths, cfg: Config, k: int) -> dict:

@@ -251,3 +251,43 @@ def test_judge_warmstart_bench_on_a_household_run_retrains_the_bootstrap_judge_a
     assert tree() == before
     with pytest.raises(BadValue, match="--form"):
         main(["--run", str(run), "--steps", "1", "--form", "plain"])
+
+
+def test_policy_warmstart_bench_repeats_the_runs_own_warm_start_and_its_baseline_dev_episodes(finished, tmp_path):
+    """`rla bench policy-warmstart` on a game run: its checkpoint at bootstrap.policy_steps is the run's own
+    warm-started policy, weight for weight (bootstrap's own pairs through `warm_start_pairs`), and scoring it
+    on dev plays the very episodes the run's baseline evaluation played (same seed, same tasks); the run
+    folder is left as it was."""
+    import hashlib
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from flows.cli import main as cli
+    from tasks.paths import run_config
+
+    result, _ = finished
+    run = RunPaths.of(result["root"]).root / "a-seed0"
+    steps = run_config(str(run)).bootstrap.policy_steps
+
+    def tree():
+        return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(run.rglob("*")) if p.is_file() and p.suffix != ".lock"}
+
+    before = tree()
+    out = tmp_path / "policy_warmstart.json"
+    assert cli(["bench", "policy-warmstart", "--run", str(run), "--steps", f"{steps},1", "--keep",
+                "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["form"], r["steps"]) for r in rows] == [("policy", 1), ("policy", steps)]
+    baseline = json.loads((run / "baseline" / "metrics.json").read_text())
+    assert rows[1]["dev_success_rate"] == baseline["dev/success_rate"]
+    assert rows[1]["dev_episodes"] == baseline["dev/episodes"] == 4
+    kept = run / "bench_policy_warmstart" / "policy" / f"step{steps}"
+    assert (kept / "dev_trajectories.jsonl").read_bytes() == (run / "baseline" / "dev_trajectories.jsonl").read_bytes()
+    own = load_file(run / "models" / "bootstrap" / "policy" / "model.safetensors")
+    mine = load_file(kept / "model.safetensors")
+    assert mine.keys() == own.keys() and all(mine[k].equal(own[k]) for k in own)
+    assert rows[0]["loss_last10"] != rows[1]["loss_last10"]
+    shutil.rmtree(run / "bench_policy_warmstart")
+    assert tree() == before

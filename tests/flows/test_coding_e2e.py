@@ -269,6 +269,24 @@ def test_judge_warmstart_bench_scores_both_forms_on_the_dev_benchmark_and_leaves
         main(["--run", str(paths.root), "--steps", "0,x"])
 
 
+
+def test_policy_warmstart_bench_on_coding_repeats_the_baseline_dev_programs(coding_run, tmp_path):
+    """`rla bench policy-warmstart` on the coding run: retrained to bootstrap.policy_steps from the reference
+    programs `bootstrap` trained on, the policy writes the baseline evaluation's dev programs byte for byte
+    and scores the same dev pass@1."""
+    from rla_bench.policy_warmstart import main
+
+    paths, _, _ = coding_run
+    steps = run_config(paths.root).bootstrap.policy_steps
+    out = tmp_path / "policy_warmstart.json"
+    assert main(["--run", str(paths.root), "--steps", str(steps), "--keep", "--out", str(out)]) == 0
+    (row,) = __import__("json").loads(out.read_text())["rows"]
+    before = read_json(paths.baseline / "metrics.json")
+    assert row["dev_pass_at_1"] == before["dev/pass_at_1"] and row["dev_episodes"] == before["dev/episodes"] > 0
+    kept = paths.root / "bench_policy_warmstart" / "policy" / f"step{steps}" / "dev_programs.jsonl"
+    assert kept.read_bytes() == (paths.baseline / "dev_programs.jsonl").read_bytes()
+    __import__("shutil").rmtree(paths.root / "bench_policy_warmstart")
+
 def test_engine_bench_on_a_coding_run_uses_the_rollouts_own_prompts(coding_run, tmp_path):
     """`rla bench engine` accepts a coding run: its prompts are, token for token, the prompts the real
     rollout of iteration 1 gave the policy for the same problems, and the prefill's FLOPs are counted
