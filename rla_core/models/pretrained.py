@@ -59,10 +59,6 @@ def models_dir() -> Path:
     return Path(os.environ.get(MODELS_ENV) or PROJECT_ROOT / ".models")
 
 
-def is_known(path: str) -> bool:
-    return path in KNOWN
-
-
 def resolve(path: str) -> str:
     """A known model name -> its converted directory (converted now if it is not yet); any other path as is."""
     if path not in KNOWN:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from rla_core.ablation import JudgeWeight
 from rla_core.config import Config
+from rla_core.errors import BadValue
 from rla_core.models.chat import encode_pairs
 from rla_core.models.factory import build_or_load, save_pretrained
 from rla_core.models.precision import autocast
@@ -83,7 +84,8 @@ class Setting:
 
     def warm_start_pairs(self, paths: RunPaths, cfg: Config, role: str) -> list[tuple[str, str]]:
         """`bootstrap`'s supervised (prompt, target) pairs of `role` ("policy" or "judge"), the very ones it
-        trains on: the warm-start benches (rla_bench/warmstart.py) retrain on them."""
+        trains on: the warm-start benches (rla_bench/warmstart.py) retrain on them. Implementations call
+        `check_role` first."""
         raise NotImplementedError
 
     def dev_policy_scores(self, paths: RunPaths, cfg: Config, policy_dir: Path, out: Path,
@@ -167,6 +169,16 @@ def build_models(paths: RunPaths, cfg: Config, tokenizer) -> dict:
         summary[f"{role}_params"] = sum(p.numel() for p in model.parameters())
         summary[f"{role}_dtype"] = str(cfg.models.compute_dtype(role)).removeprefix("torch.")  # models.dtype
     return summary
+
+
+WARM_START_ROLES = ("policy", "judge")
+
+
+def check_role(role: str) -> str:
+    """`role` if it is one `warm_start_pairs` knows, else BadValue (before any work is done)."""
+    if role not in WARM_START_ROLES:
+        raise BadValue(f"warm-start role must be one of {', '.join(WARM_START_ROLES)}, got {role!r}")
+    return role
 
 
 def warm_start_role(paths: RunPaths, cfg: Config, role: str, pairs: list[tuple[str, str]], steps: int, lr: float,

@@ -40,7 +40,7 @@ from tasks.common import progress_bar, stage_seed
 from tasks.stages.engines import engine_for
 from tasks.paths import RunPaths
 from tasks.storage.files import read_json, read_records, write_json, write_records
-from tasks.settings.base import (Setting, build_models, reserved_content, save_adapted, warm_start_role,
+from tasks.settings.base import (Setting, build_models, check_role, reserved_content, save_adapted, warm_start_role,
                                  warm_starts_environment)
 from tasks.settings.judge_scores import scored_once
 from tasks.stages.training import write_batches
@@ -270,6 +270,7 @@ class CodingSetting(Setting):
                          demos: list[Task] | None = None) -> list[tuple[str, str]]:
         """The policy's reference programs, or the judge's correct unit tests (worked with coding.judge_work),
         of bootstrap.demos fresh problems (`demos`: those problems, already drawn)."""
+        check_role(role)
         demos = demos if demos is not None else demo_problems(cfg, paths, cfg.bootstrap.demos, "demos")
         return policy_pairs(demos) if role == "policy" else judge_demonstrations(cfg, demos)
 

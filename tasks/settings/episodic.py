@@ -43,7 +43,7 @@ from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model, progress_bar, stage_seed
 from tasks.stages.engines import engine_for, judge_all, rollout_tasks
 from tasks.paths import RunPaths
-from tasks.settings.base import (Setting, build_models, reserved_content, save_adapted, tokenize_pairs,
+from tasks.settings.base import (Setting, build_models, check_role, reserved_content, save_adapted, tokenize_pairs,
                                  warm_start_role, warm_starts_environment)
 from tasks.settings.judge_scores import scored_once
 from tasks.storage.files import read_json, read_records, write_json, write_records
@@ -278,7 +278,7 @@ class EpisodicSetting(Setting):
         """The policy's oracle demonstrations (walks with WALK_NOISE random actions), or the judge's oracle
         step labels (walks with bootstrap.bad_action_rate, balanced), as (prompt, target) pairs."""
         boot, keep, apart = cfg.bootstrap, cfg.rollout.history_turns, cfg.bootstrap.exclude_train_games
-        if role == "policy":
+        if check_role(role) == "policy":
             return policy_pairs(demo_walks(cfg, paths, boot.demos, WALK_NOISE, "demos", apart), keep)
         walks = demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels", apart)
         return balance(judge_pairs(walks, keep), random.Random(cfg.run.seed))
