@@ -291,3 +291,43 @@ def test_policy_warmstart_bench_repeats_the_runs_own_warm_start_and_its_baseline
     assert rows[0]["loss_last10"] != rows[1]["loss_last10"]
     shutil.rmtree(run / "bench_policy_warmstart")
     assert tree() == before
+
+
+def test_heldout_policy_checkpoint_replays_the_baseline_evaluation_and_plays_greedy(finished, tmp_path):
+    """bench/heldout_policy_checkpoint.py on a game run's warm-started policy: at the run's eval.temperature
+    it plays the very held-out episodes the baseline evaluation played (same seed, same tasks); at 0 it
+    plays greedy; its files go outside the run, which is left as it was, and an --out-dir inside is refused."""
+    import hashlib
+    import importlib.util
+
+    from rla_core.errors import BadValue
+    from tasks.paths import run_config
+
+    where = PROJECT_ROOT / "bench" / "heldout_policy_checkpoint.py"
+    spec = importlib.util.spec_from_file_location("heldout_policy", where)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    result, _ = finished
+    run = RunPaths.of(result["root"]).root / "a-seed0"
+
+    def tree():
+        return {str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(run.rglob("*")) if p.is_file() and p.suffix != ".lock"}
+
+    before, sampled, greedy = tree(), tmp_path / "sampled", tmp_path / "greedy"
+    temperature = run_config(str(run)).eval.temperature
+    assert temperature > 0
+    assert script.main(["--run", str(run), "--temperature", str(temperature), "--out-dir", str(sampled)]) == 0
+    baseline = json.loads((run / "baseline" / "metrics.json").read_text())
+    scores = json.loads((sampled / "scores.json").read_text())
+    assert scores["heldout/success_rate"] == baseline["heldout/success_rate"]
+    played = (sampled / "heldout_trajectories.jsonl").read_bytes()
+    assert played == (run / "baseline" / "heldout_trajectories.jsonl").read_bytes()
+    assert script.main(["--run", str(run), "--out-dir", str(greedy)]) == 0
+    scores = json.loads((greedy / "scores.json").read_text())
+    assert scores["temperature"] == 0.0 and 0.0 <= scores["heldout/success_rate"] <= 1.0
+    assert len((greedy / "heldout_trajectories.jsonl").read_text().splitlines()) == 6
+    assert tree() == before
+    with pytest.raises(BadValue, match="inside the run folder"):
+        script.main(["--run", str(run), "--out-dir", str(run / "greedy")])
+    assert tree() == before
