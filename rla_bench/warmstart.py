@@ -6,7 +6,8 @@ Held-out tasks and the held-out benchmark are never read. Two `rla bench` parts:
 - judge-warmstart: the judge on the dev judge benchmark. Coding: once per test form (plain, or worked:
   `coding.judge_work`), U tests per dev benchmark problem scored on the problem's fixed program pool (UT
   accuracy, detect rate, parse rate). The games: eval.dev_benchmark_m verdicts per step (balanced
-  accuracy, p+, p-).
+  accuracy, p+, p-). Scored as every evaluation scores the dev benchmark (the evaluation's seed), so the
+  games' checkpoint at bootstrap.judge_steps repeats the run's baseline dev benchmark score.
 - policy-warmstart: the policy on the dev tasks, as every evaluation scores it (eval.dev_episodes_per_task
   episodes or programs per task at eval.temperature, the evaluation's seed): the games' success rate,
   coding's pass@1. Its checkpoint at bootstrap.policy_steps is the run's own warm-started policy, so that
@@ -66,17 +67,18 @@ def _check_dev(paths, cfg, role: str) -> None:
 
 def _score_judge(paths, cfg, folder: Path, desc: str) -> dict[str, float]:
     """One judge checkpoint on the dev judge benchmark: the games' verdicts, or coding's unit tests."""
+    from tasks.common import eval_seed
     from tasks.settings import setting_for
     from tasks.settings.coding import score_benchmark
     from tasks.settings.episodic import score_judge_benchmark
 
+    seed = eval_seed(cfg)  # the evaluation's (before 2026-12-06: run.seed, another sample of the same judge)
     if setting_for(cfg).episodic:
         scores = score_judge_benchmark(paths, cfg, folder, paths.judge_benchmark_dev,
-                                       folder / "dev_benchmark_verdicts.json", cfg.run.seed,
-                                       cfg.eval.dev_benchmark_m, desc)
+                                       folder / "dev_benchmark_verdicts.json", seed, cfg.eval.dev_benchmark_m, desc)
     else:
         scores = score_benchmark(paths, cfg, folder, paths.coding_benchmark_dev, folder / "dev_benchmark_tests.jsonl",
-                                 cfg.run.seed, desc)
+                                 seed, desc)
     return {f"dev_bench_{k}": v for k, v in scores.items()}
 
 

@@ -217,8 +217,9 @@ def test_a_fixed_judge_is_scored_once_and_reuse_is_exact(finished, tmp_path):
 
 def test_judge_warmstart_bench_on_a_household_run_retrains_the_bootstrap_judge_and_scores_dev(finished, tmp_path):
     """`rla bench judge-warmstart` on a game run: its checkpoint at bootstrap.judge_steps is the run's own
-    warm-started judge, weight for weight (the same pairs, seed and steps as `bootstrap`); each checkpoint is
-    scored on the dev judge benchmark only; the run folder is left as it was; --form is refused."""
+    warm-started judge, weight for weight (the same pairs, seed and steps as `bootstrap`), and scoring it on the
+    dev judge benchmark gives the baseline evaluation's verdicts; the run folder is
+    left as it was; --form is refused."""
     import hashlib
 
     from safetensors.torch import load_file
@@ -242,7 +243,12 @@ def test_judge_warmstart_bench_on_a_household_run_retrains_the_bootstrap_judge_a
     assert [(r["form"], r["steps"]) for r in rows] == [("verdict", 1), ("verdict", steps)]
     for row in rows:
         assert 0.0 <= row["dev_bench_balanced_acc"] <= 1.0 and row["train_seconds"] > 0
-    kept = load_file(run / "bench_judge_warmstart" / "verdict" / f"step{steps}" / "model.safetensors")
+    baseline = json.loads((run / "baseline" / "metrics.json").read_text())
+    assert rows[1]["dev_bench_balanced_acc"] == baseline["dev/bench_balanced_acc"]  # the evaluation's seed
+    folder = run / "bench_judge_warmstart" / "verdict" / f"step{steps}"
+    verdicts = (folder / "dev_benchmark_verdicts.json").read_bytes()
+    assert verdicts == (run / "baseline" / "dev_benchmark_verdicts.json").read_bytes()
+    kept = load_file(folder / "model.safetensors")
     own = load_file(run / "models" / "bootstrap" / "judge" / "model.safetensors")
     assert kept.keys() == own.keys() and all(kept[k].equal(own[k]) for k in own)
     import shutil
