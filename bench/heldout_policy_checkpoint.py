@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", required=True, help="run folder: its config, held-out tasks and seed")
-    parser.add_argument("--policy", default=None, help="policy checkpoint folder (default: RUN/bootstrap/policy)")
+    parser.add_argument("--policy", default=None, help="policy checkpoint folder (default: RUN/models/bootstrap/policy)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     parser.add_argument("--out-dir", required=True, help="folder for heldout_trajectories.jsonl and scores.json")
     args = parser.parse_args(argv)
