@@ -98,6 +98,7 @@ def warm_start(run_dir: Path, role: str, form: str, steps: list[int], overrides:
     from rla_core.config import load_config
     from rla_core.models.factory import save_pretrained
     from rla_core.training import trainable as trainable_weights
+    from tasks.common import bind_environment
     from tasks.paths import RunPaths
     from tasks.settings import setting_for
     from tasks.settings.base import warm_start_role
@@ -107,6 +108,9 @@ def warm_start(run_dir: Path, role: str, form: str, steps: list[int], overrides:
     sets = [f"coding.judge_work={form == 'worked'}"] if form in FORMS else []
     cfg = load_config([run_dir / "config.yaml"], overrides + [*sets, "eval.reuse_judge_scores=false"])
     _check_dev(paths, cfg, role)
+    # as every stage does: TextWorld's demonstrations and dev games are the run's, with its caps on the texts
+    # (without it the family's defaults applied: 400-character observations where the run trains on 200)
+    bind_environment(cfg, run_dir)
     pairs = setting_for(cfg).warm_start_pairs(paths, cfg, role)
     losses: dict[int, float] = {}
     train_seconds: dict[int, float] = {}

@@ -201,6 +201,35 @@ def test_rerun_resumes_changes_no_file_and_builds_no_game(tw_run, monkeypatch):
     assert sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)) == []
 
 
+
+def test_warmstart_bench_trains_what_bootstrap_trains_on_the_runs_games(tw_run, tmp_path, monkeypatch):
+    """`rla bench policy-warmstart` in a fresh process: its checkpoint at bootstrap.policy_steps is the run's
+    warm-started policy, weight for weight, read from the run's games with the run's caps on the texts (it
+    once used the family's defaults: 400-character observations where the run has 200, a game cache outside
+    the run). The micro run has no dev split, so the check for one is skipped and nothing is scored."""
+    from safetensors.torch import load_file
+
+    from rla_bench import warmstart
+    from rla_core.envs.base import ENVIRONMENTS
+    from rla_core.envs.textworld.family import CACHE_ENV, TextWorldFamily
+
+    paths, _, _ = tw_run
+    steps = run_config(paths.root).bootstrap.policy_steps
+    monkeypatch.setitem(ENVIRONMENTS._entries, "textworld", TextWorldFamily())  # as a new process has it
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "default-cache"))
+    monkeypatch.setattr(warmstart, "_check_dev", lambda *args: None)
+
+    def no_build(self, spec):
+        raise AssertionError(f"the bench built a game the run has: {spec}")
+
+    monkeypatch.setattr("rla_core.envs.textworld.games.GameCache._build", no_build)
+    rows = warmstart.warm_start(paths.root, "policy", "policy", [steps], [], tmp_path / "work", lambda *args: {})
+    assert [row["steps"] for row in rows] == [steps]
+    own = load_file(paths.bootstrap / "policy" / "model.safetensors")
+    mine = load_file(tmp_path / "work" / "policy" / f"step{steps}" / "model.safetensors")
+    assert mine.keys() == own.keys() and all(mine[k].equal(own[k]) for k in own)
+
+
 # ---------------------------------------------------------------------------------------- rla eval --games
 TIERS = {"easy": (1, 2, 1, [21, 22]), "medium": (2, 3, 2, [23]), "hard": (3, 4, 3, [24])}
 
