@@ -201,7 +201,6 @@ def test_rerun_resumes_changes_no_file_and_builds_no_game(tw_run, monkeypatch):
     assert sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)) == []
 
 
-
 def test_warmstart_bench_trains_what_bootstrap_trains_on_the_runs_games(tw_run, tmp_path, monkeypatch):
     """`rla bench policy-warmstart` in a fresh process: its checkpoint at bootstrap.policy_steps is the run's
     warm-started policy, weight for weight, read from the run's games with the run's caps on the texts (it
