@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from rla_core.adaptation.rewriters import build_rewrite_prompt, generator_answer, spec_hash
 from rla_core.envs.base import EnvironmentFamily, SpecError
-from rla_core.judge.judge import BAD_RATIONALE, judge_answer, judge_prompt
+from rla_core.judge.judge import BAD_RATIONALE, judge_answer, judge_prompt, step_prompts
 from rla_core.rollout.prompts import Turn, policy_answer, policy_prompt
-from rla_core.schemas import CriticFeedback, Direction, RejectedAction, Task
+from rla_core.schemas import CriticFeedback, Direction, RejectedAction, Task, Trajectory
 
 DIRECTIONS: tuple[Direction, ...] = ("harder", "easier")
 
@@ -76,6 +76,16 @@ def judge_pairs(walks: list[list[WalkStep]], keep: int) -> list[tuple[str, str]]
                                   s.next_observation, keep)
             pairs.append((prompt, judge_answer(s.good)))
     return pairs
+
+
+def played_pairs(trajectories: Iterable[Trajectory], keep: int) -> list[tuple[str, str]]:
+    """(prompt, target) text pairs on steps a policy played: the judge's own prompt of each step (the one
+    the judge stage reads) and the oracle label of the step (`Step.oracle_good`; unlabelled steps skipped).
+    Unlike `judge_pairs`, whose wrong steps are uniformly random commands, these are a model's mistakes."""
+    return [(prompt, judge_answer(step.oracle_good))
+            for trajectory in trajectories
+            for step, prompt in zip(trajectory.steps, step_prompts(trajectory, keep))
+            if step.oracle_good is not None]
 
 
 def balance(pairs: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str]]:

@@ -1,5 +1,6 @@
 """The run configuration's schema: a class per section, each field with its default, bounds and the description
 `rla config` lists. Loading, overrides and run comparison: rla_core/config.py (it re-exports every class)."""
+# Over 400 lines: one declaration per config key and nothing else; a section per class, all in one place.
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -288,6 +289,11 @@ class BootstrapConfig(_Section):
     batch_size: int = Field(32, gt=0, description="samples per warm-start optimizer step (every model)")
     lr: float = Field(1e-3, gt=0, description="learning rate of the policy and judge warm-starts")
     bad_action_rate: float = Field(0.35, ge=0, le=1, description="random actions mixed into judge data")
+    judge_policy_tasks: int = Field(
+        0, ge=0, description="the games: fresh tasks (no reserved game; nor the seed slots' with "
+        "exclude_train_games) played once each by the warm-started policy at rollout.temperature, every step "
+        "labelled by the oracle, added to the judge's warm-start labels before balancing (its mistakes are a "
+        "model's, not uniformly random commands); 0: oracle walks only. The policy is trained first")
     exclude_train_games: bool = Field(
         False, description="the policy demonstrations and judge labels avoid the seed slots' games (by content "
         "hash), so RL trains on games the warm-start never saw; matters when slots and demonstrations share a "

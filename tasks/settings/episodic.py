@@ -23,8 +23,8 @@ from rla_core.adaptation.critic import critic_feedback
 from rla_core.adaptation.cycle import AdaptReport, trainable
 from rla_core.adaptation.cycle import adapt as adapt_store
 from rla_core.adaptation.store import TaskStore
-from rla_core.bootstrap import (balance, generate_tasks, judge_pairs, oracle_walk, policy_pairs, rewrite_pairs,
-                                walk_feedback)
+from rla_core.bootstrap import (balance, generate_tasks, judge_pairs, oracle_walk, played_pairs, policy_pairs,
+                                rewrite_pairs, walk_feedback)
 from rla_core.compute import judge_responses
 from rla_core.config import Config, resolve_data_path
 from rla_core.envs.base import EnvironmentFamily, check_task_lines, get_environment
@@ -102,6 +102,22 @@ def demo_walks(cfg: Config, paths: RunPaths, count: int, noise: float, stream: s
     family = get_environment(cfg.environment.name)
     rng = random.Random(f"{cfg.run.seed}/{stream}")
     return [oracle_walk(family, t, noise, rng) for t in demo_tasks(cfg, paths, count, rng, exclude_slots)]
+
+
+def policy_step_labels(cfg: Config, paths: RunPaths) -> list[tuple[str, str]]:
+    """Judge warm-start pairs on the warm-started policy's own steps (bootstrap.judge_policy_tasks): fresh
+    `demo_tasks` played once each by models/bootstrap/policy at rollout.temperature, every step's judge
+    prompt with its oracle label. MissingFile when the policy is not warm-started yet."""
+    policy = paths.bootstrap / "policy"
+    if not policy.is_dir():
+        raise MissingFile(f"{policy} is missing: bootstrap.judge_policy_tasks labels the warm-started policy's "
+                          "steps, so the policy's warm start comes first (the bootstrap stage trains it first)")
+    boot = cfg.bootstrap
+    rng = random.Random(f"{cfg.run.seed}/judge-policy-steps")
+    tasks = demo_tasks(cfg, paths, boot.judge_policy_tasks, rng, boot.exclude_train_games)
+    played, _ = rollout_tasks(paths, cfg, tasks, policy, 1, cfg.rollout.temperature,
+                              stage_seed(cfg, 0, "judge-policy-steps"), "bootstrap judge: the policy's steps")
+    return played_pairs(played, cfg.rollout.history_turns)
 
 
 def rewrite_corpus(cfg: Config, paths: RunPaths, count: int) -> list[str]:
@@ -264,9 +280,9 @@ class EpisodicSetting(Setting):
         rewriter) the environment model on procedural rewrites of the critic feedback of those two."""
         boot = cfg.bootstrap
         summary: dict[str, float] = {}
-        jobs = {role: (self.warm_start_pairs(paths, cfg, role), steps)
-                for role, steps in (("policy", boot.policy_steps), ("judge", boot.judge_steps))}
-        for role, (pairs, steps) in jobs.items():
+        # one role after the other: the judge's labels may include the warm-started policy's own steps
+        for role, steps in (("policy", boot.policy_steps), ("judge", boot.judge_steps)):
+            pairs = self.warm_start_pairs(paths, cfg, role)
             model, tokenizer, metrics = warm_start_role(paths, cfg, role, pairs, steps, boot.lr)
             save_pretrained(trainable_weights.merge(model), tokenizer, paths.bootstrap / role)
             summary.update({f"bootstrap/{role}_{k}": v for k, v in metrics.items()})
@@ -276,12 +292,16 @@ class EpisodicSetting(Setting):
 
     def warm_start_pairs(self, paths: RunPaths, cfg: Config, role: str) -> list[tuple[str, str]]:
         """The policy's oracle demonstrations (walks with WALK_NOISE random actions), or the judge's oracle
-        step labels (walks with bootstrap.bad_action_rate, balanced), as (prompt, target) pairs."""
+        step labels (walks with bootstrap.bad_action_rate, and with bootstrap.judge_policy_tasks the
+        warm-started policy's own steps: `policy_step_labels`), balanced, as (prompt, target) pairs."""
         boot, keep, apart = cfg.bootstrap, cfg.rollout.history_turns, cfg.bootstrap.exclude_train_games
         if check_role(role) == "policy":
             return policy_pairs(demo_walks(cfg, paths, boot.demos, WALK_NOISE, "demos", apart), keep)
         walks = demo_walks(cfg, paths, boot.demos, boot.bad_action_rate, "labels", apart)
-        return balance(judge_pairs(walks, keep), random.Random(cfg.run.seed))
+        pairs = judge_pairs(walks, keep)
+        if boot.judge_policy_tasks:
+            pairs += policy_step_labels(cfg, paths)
+        return balance(pairs, random.Random(cfg.run.seed))
 
     def dev_policy_scores(self, paths: RunPaths, cfg: Config, policy_dir: Path, out: Path,
                           seed: int) -> dict[str, float]:

@@ -259,6 +259,34 @@ def test_judge_warmstart_bench_on_a_household_run_retrains_the_bootstrap_judge_a
         main(["--run", str(run), "--steps", "1", "--form", "plain"])
 
 
+def test_judge_labels_on_the_warm_started_policys_steps_join_the_judges_warm_start(finished, tmp_path):
+    """bootstrap.judge_policy_tasks: the run's warm-started policy plays fresh (non-reserved) tasks and its
+    oracle-labelled steps join the judge's warm-start pairs (more pairs, the same for the same seed); the
+    bench trains on them and leaves the run folder as it was."""
+    from rla_bench.judge_warmstart import main
+    from rla_core.config import load_config
+    from tasks.common import bind_environment
+    from tasks.settings import setting_for
+
+    result, _ = finished
+    run = RunPaths.of(result["root"]).root / "a-seed0"
+    paths = RunPaths.of(run)
+
+    def pairs(tasks: int):
+        cfg = load_config([run / "config.yaml"], [f"bootstrap.judge_policy_tasks={tasks}"])
+        bind_environment(cfg, run)
+        return setting_for(cfg).warm_start_pairs(paths, cfg, "judge")
+
+    plain, joined = pairs(0), pairs(3)
+    assert len(joined) > len(plain) and joined == pairs(3)
+    assert sum(t.endswith("{1}") for _, t in joined) * 2 == len(joined)  # still balanced
+    out = tmp_path / "judge_warmstart.json"
+    assert main(["--run", str(run), "--steps", "1", "--set", "bootstrap.judge_policy_tasks=3", "--out", str(out)]) == 0
+    [row] = json.loads(out.read_text())["rows"]
+    assert row["pairs"] == len(joined) and 0.0 <= row["dev_bench_balanced_acc"] <= 1.0
+    assert not (run / "bench_judge_warmstart").exists()
+
+
 def test_policy_warmstart_bench_repeats_the_runs_own_warm_start_and_its_baseline_dev_episodes(finished, tmp_path):
     """`rla bench policy-warmstart` on a game run: its checkpoint at bootstrap.policy_steps is the run's own
     warm-started policy, weight for weight (bootstrap's own pairs through `warm_start_pairs`), and scoring it

@@ -29,3 +29,15 @@ def test_an_unknown_role_is_refused_before_any_work(tmp_path, config, role):
 def test_the_known_roles_pass_unchanged():
     assert WARM_START_ROLES == ("policy", "judge")
     assert [check_role(r) for r in WARM_START_ROLES] == ["policy", "judge"]
+
+
+def test_judge_labels_on_the_policys_steps_need_the_warm_started_policy(tmp_path):
+    """bootstrap.judge_policy_tasks without models/bootstrap/policy: MissingFile naming it, nothing written."""
+    from rla_core.errors import MissingFile
+    from tasks.settings.episodic import policy_step_labels
+
+    cfg = load_config([ROOT / "configs" / "quickstart.yaml"], ["bootstrap.judge_policy_tasks=2"])
+    run = tmp_path / "run"
+    with pytest.raises(MissingFile, match="bootstrap/policy is missing: bootstrap.judge_policy_tasks"):
+        policy_step_labels(cfg, RunPaths.of(run))
+    assert not run.exists()
