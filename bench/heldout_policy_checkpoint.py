@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from rla_core.errors import BadValue, MissingFile
     from rla_core.rollout.runner import rollout_metrics
     from rla_core.schemas import Task
-    from tasks.common import eval_seed
+    from tasks.common import bind_environment, eval_seed
     from tasks.paths import RunPaths
     from tasks.settings import setting_for
     from tasks.stages.engines import rollout_tasks
@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     if not setting_for(cfg).episodic:
         raise BadValue("the coding setting's held-out pass@1 is scored by `rla run`'s evaluation; "
                        "this script is for the games")
+    # as every stage: TextWorld plays the run's games with the run's caps on the texts (without it, before
+    # 2026-12-06: the family's 400-character observations where a run trained on 200, games built elsewhere)
+    bind_environment(cfg, run)
     out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     tasks = read_records(paths.heldout, Task)

@@ -34,6 +34,10 @@ MICRO = ["run.iterations=1", "environment.train_slots=8", "environment.heldout_f
          # every answer unparsed and nothing to train on
          "bootstrap.demos=16", "bootstrap.policy_steps=6", "bootstrap.judge_steps=6", "bootstrap.batch_size=3",
          "bootstrap.lr=1e-3", "rollout.max_new_tokens=10",
+         # the judge's labels on the warm-started policy's own steps: one fresh episode (smol.yaml plays 300).
+         # Row (d) trains its judge only if the micro judge's two verdicts on some step differ: with 2 episodes,
+         # under the tests' one thread, they never did (all +1), so the micro's judge is luck-bound either way
+         "bootstrap.judge_policy_tasks=1",
          "train.trainable=last_layers:2", "train.optimizer_steps=1", "train.micro_batch_size=8",
          # every task in band: the judge always has data, so row (d) updates it
          "environment.alpha_low=0.0", "environment.alpha_high=1.0", "models.device=cpu",

@@ -365,3 +365,40 @@ def test_heldout_policy_checkpoint_replays_the_baseline_evaluation_and_plays_gre
     with pytest.raises(BadValue, match="inside the run folder"):
         script.main(["--run", str(run), "--out-dir", str(run / "greedy")])
     assert tree() == before
+
+
+def test_judge_on_episodes_scores_each_judge_on_the_oracle_labels_of_dev_episodes(finished, tmp_path):
+    """bench/judge_on_episodes.py on a game run's baseline dev episodes: one row per judge, its p+/p- against
+    the episodes' oracle labels; the same judge twice gives the same row (the evaluation's seed); held-out
+    episodes are refused."""
+    import importlib.util
+
+    from rla_core.errors import BadValue
+    from rla_core.schemas import Trajectory
+    from tasks.storage.files import read_records
+
+    spec = importlib.util.spec_from_file_location("judge_on_episodes", PROJECT_ROOT / "bench" / "judge_on_episodes.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    result, _ = finished
+    run = RunPaths.of(result["root"]).root / "a-seed0"
+    dev = run / "baseline" / "dev_trajectories.jsonl"
+    judge = run / "models" / "bootstrap" / "judge"
+    out = tmp_path / "rows.json"
+    assert script.main(["--run", str(run), "--episodes", str(dev), "--judge", str(judge), "--judge", str(judge),
+                        "--out", str(out)]) == 0
+    first, second = json.loads(out.read_text())["rows"]
+    steps = [s for t in read_records(dev, Trajectory) for s in t.steps if s.oracle_good is not None]
+    assert first["verdicts"] == len(steps) * run_config_m(run) and first["good_steps"] == sum(s.oracle_good for s in steps)
+    rates = [first[k] for k in ("p_pos", "p_neg") if k in first]
+    assert rates and all(0.0 <= r <= 1.0 for r in rates)
+    assert {k: v for k, v in first.items() if k != "seconds"} == {k: v for k, v in second.items() if k != "seconds"}
+    with pytest.raises(BadValue, match="held-out tasks"):
+        script.main(["--run", str(run), "--episodes", str(run / "baseline" / "heldout_trajectories.jsonl"),
+                     "--judge", str(judge)])
+
+
+def run_config_m(run) -> int:
+    from tasks.paths import run_config
+
+    return run_config(str(run)).eval.judge_m

@@ -229,6 +229,29 @@ def test_warmstart_bench_trains_what_bootstrap_trains_on_the_runs_games(tw_run, 
     assert mine.keys() == own.keys() and all(mine[k].equal(own[k]) for k in own)
 
 
+def test_heldout_policy_checkpoint_replays_the_baseline_on_the_runs_games(tw_run, tmp_path, monkeypatch):
+    """bench/heldout_policy_checkpoint.py in a fresh process, on a TextWorld run: at the run's eval.temperature
+    it plays the baseline evaluation's held-out episodes byte for byte, on the run's games with the run's caps
+    (it once played with the family's defaults: 400-character observations where the run has 200)."""
+    import importlib.util
+
+    from rla_core.envs.base import ENVIRONMENTS
+    from rla_core.envs.textworld.family import CACHE_ENV, TextWorldFamily
+
+    paths, _, _ = tw_run
+    cfg = run_config(paths.root)
+    assert cfg.textworld.observation_chars != TextWorldFamily.observation_chars  # the caps matter here
+    monkeypatch.setitem(ENVIRONMENTS._entries, "textworld", TextWorldFamily())  # as a new process has it
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "default-cache"))
+    spec = importlib.util.spec_from_file_location("heldout_policy", PROJECT_ROOT / "bench" / "heldout_policy_checkpoint.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "sampled"
+    assert script.main(["--run", str(paths.root), "--temperature", str(cfg.eval.temperature), "--out-dir", str(out)]) == 0
+    assert (out / "heldout_trajectories.jsonl").read_bytes() == \
+        (paths.root / "baseline" / "heldout_trajectories.jsonl").read_bytes()
+
+
 # ---------------------------------------------------------------------------------------- rla eval --games
 TIERS = {"easy": (1, 2, 1, [21, 22]), "medium": (2, 3, 2, [23]), "hard": (3, 4, 3, [24])}
 

@@ -68,15 +68,15 @@ class TextWorldFamily:
                   goal_chars: int | None = None, archive: str | Path | None = None) -> None:
         """Build and find games under `games` from now on (a run's `games/`); `workers` build processes
         (0 = the CPU count, at most 4); caps on the cleaned texts; `archive`: a shipped tar.xz of built
-        games (data/textworld/games.tar.xz) unpacked into the cache once, so they are not built again."""
+        games (data/textworld/games.tar.xz) unpacked into the cache once, so they are not built again. A
+        cap left None is the family's default, not whatever an earlier call set (the family is shared by a
+        process: a run bound after another must not inherit the other's caps)."""
         self._cache = GameCache(games)
         if archive is not None:
             self._cache.import_archive(Path(archive))
         self.workers = workers or max(1, min(4, os.cpu_count() or 1))
-        if observation_chars:
-            self.observation_chars = observation_chars
-        if goal_chars:
-            self.goal_chars = goal_chars
+        self.observation_chars = observation_chars or type(self).observation_chars
+        self.goal_chars = goal_chars or type(self).goal_chars
 
     def record(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The build record (content hash, walkthrough, objective, file) of a spec, building it if needed."""

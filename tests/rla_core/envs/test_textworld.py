@@ -391,6 +391,16 @@ def test_observation_cap_applies_to_episodes(family, base):
 
 
 # ---------------------------------------------------------------------------------------------- 5. rewriter
+def test_configure_without_caps_gives_the_defaults_not_an_earlier_runs(tmp_path):
+    """The family is one per process: binding a run with no caps after one with caps must not keep them."""
+    fam = TextWorldFamily()
+    fam.configure(games=tmp_path, workers=1, observation_chars=200, goal_chars=90)
+    assert (fam.observation_chars, fam.goal_chars) == (200, 90)
+    fam.configure(games=tmp_path, workers=1)
+    assert (fam.observation_chars, fam.goal_chars) == (TextWorldFamily.observation_chars, TextWorldFamily.goal_chars)
+    assert (fam.observation_chars, fam.goal_chars) == (400, 400)
+
+
 def test_feedback_buckets_and_knob_order():
     counts, examples = rewriter.classify_feedback(feedback(("go east", 3), ("Take key", 2), ("go west", 2),
                                                            (NO_ACTION, 1), ("frobnicate", 9)))
