@@ -84,3 +84,61 @@ def test_sampling_on_a_bf16_copy(tokenizer):
     assert len(outs) == 4  # n samples of each prompt
     for sample in outs:
         assert 0 < len(sample.token_ids) <= 5 and all(math.isfinite(lp) and lp <= 0 for lp in sample.logprobs)
+
+
+def _linear_weights(model):
+    return [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+@pytest.mark.parametrize("spec", ["last_layers:1", "lora:2"])
+def test_frozen_linears_cast_once_give_the_same_bits_and_the_masters_come_back(tokenizer, spec):
+    """A bf16 update with the frozen linear weights cast once (FrozenLinearsCast) against autocast casting
+    them at each pass: the same log-probs and gradients to the bit; inside, the frozen linears are bf16 and
+    every trained weight a float32 master; after it (and inside `masters()`), the very same float32
+    Parameters with unchanged values."""
+    from rla_core.training import trainable
+    from rla_core.training.batching import collate, forward_logprobs
+
+    batch = collate(_pairs(tokenizer, 8), pad_id=0)
+    results = []
+    for dtype in (torch.float32, torch.bfloat16):  # float32: a no-op, autocast casts at each pass
+        model = build_model(tiny_spec(), tokenizer, seed=3)
+        trainable.apply(model, spec, seed=0)
+        masters = dict(model.named_parameters())
+        values = {name: p.detach().clone() for name, p in masters.items()}
+        with precision.autocast(torch.bfloat16, "cpu"), precision.FrozenLinearsCast(model, dtype) as cast:
+            frozen = [w for w in _linear_weights(model) if not w.requires_grad]
+            if dtype == torch.bfloat16:
+                assert cast.count == len(frozen) > 0 and all(w.dtype == torch.bfloat16 for w in frozen)
+                with cast.masters():
+                    assert all(w.dtype == torch.float32 for w in _linear_weights(model))
+                assert all(w.dtype == torch.bfloat16 for w in frozen)  # and back to the copies
+            else:
+                assert cast.count == 0 and all(w.dtype == torch.float32 for w in frozen)
+            assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+            logprobs = forward_logprobs(model, batch)
+            logprobs.sum().backward()
+        after = dict(model.named_parameters())
+        assert after.keys() == masters.keys() and all(after[n] is masters[n] for n in masters)
+        assert all(torch.equal(p, values[n]) for n, p in after.items())
+        grads = {n: p.grad for n, p in after.items() if p.grad is not None}
+        assert grads
+        results.append((logprobs.detach(), grads))
+    (plain, plain_grads), (cast_once, cast_grads) = results
+    assert torch.equal(plain, cast_once)
+    assert plain_grads.keys() == cast_grads.keys()
+    assert all(torch.equal(plain_grads[n], cast_grads[n]) for n in plain_grads)
+
+
+def test_frozen_linears_cast_puts_the_masters_back_after_an_error(tokenizer):
+    from rla_core.training import trainable
+
+    model = build_model(tiny_spec(), tokenizer, seed=3)
+    trainable.apply(model, "last_layers:1", seed=0)
+    before = [id(w) for w in _linear_weights(model)]
+    with pytest.raises(RuntimeError, match="boom"):
+        with precision.FrozenLinearsCast(model, torch.bfloat16) as cast:
+            assert cast.count > 0
+            raise RuntimeError("boom")
+    assert [id(w) for w in _linear_weights(model)] == before
+    assert all(w.dtype == torch.float32 for w in _linear_weights(model))
