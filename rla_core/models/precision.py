@@ -6,11 +6,6 @@ float32) and sampling runs on the weights cast to bfloat16 (a model loaded for s
 picks bfloat16 for a pretrained model on hardware with native bfloat16 arithmetic (a CUDA device that
 supports it; a CPU with AVX512-BF16 or AMX) and float32 otherwise, and always float32 for the tiny models
 built in-process, whose runs stay bit-identical to those from before the key.
-
-Under autocast without its cast cache every forward pass casts every linear weight again, the frozen ones
-too (with `train.trainable: last_layers:6` of SmolLM2, 24 of 30 blocks). `FrozenLinearsCast` casts those
-once for a whole update and puts the float32 masters back after it: the same bfloat16 numbers reach the
-same matmuls, so results are identical to the bit (bench/frozen_cast.py measures the time and checks it).
 """
 from __future__ import annotations
 
@@ -65,53 +60,6 @@ def autocast(dtype: torch.dtype, device: str | None = None) -> contextlib.Abstra
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast((device or default_device()).split(":")[0], dtype=dtype, cache_enabled=False)
-
-
-class FrozenLinearsCast:
-    """For the duration of the context, every `nn.Linear` whose weight does not train computes from a
-    `dtype` copy of it made once, instead of the copy autocast makes at each forward pass; the float32
-    master weights (the same Parameter objects) are back in place on exit, also after an error, and inside
-    `masters()` (e.g. to save a checkpoint half-way).
-
-    A no-op in float32. Only linear weights are cast: autocast casts them anyway, while weights that
-    autocast leaves in float32 (norms, the embedding lookup) would change the arithmetic. A bias, if any,
-    stays a float32 master (autocast casts it as before). A frozen head tied to the embedding computes from
-    the copy while the lookup reads the master: the same numbers as before, and the tie is back on exit.
-    """
-
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
-        self.model, self.dtype = model, dtype
-        self.swapped: list[tuple[torch.nn.Linear, torch.nn.Parameter, torch.nn.Parameter]] = []
-
-    def __enter__(self) -> "FrozenLinearsCast":
-        if self.dtype != torch.float32:
-            for module in self.model.modules():
-                weight = module.weight if isinstance(module, torch.nn.Linear) else None
-                if weight is not None and not weight.requires_grad and weight.dtype == torch.float32:
-                    copy = torch.nn.Parameter(weight.detach().to(self.dtype), requires_grad=False)
-                    self.swapped.append((module, weight, copy))
-        self._use(copies=True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._use(copies=False)
-        self.swapped = []
-
-    @property
-    def count(self) -> int:
-        return len(self.swapped)
-
-    def _use(self, copies: bool) -> None:
-        for module, master, copy in self.swapped:
-            module.weight = copy if copies else master
-
-    @contextlib.contextmanager
-    def masters(self):
-        self._use(copies=False)
-        try:
-            yield
-        finally:
-            self._use(copies=True)
 
 
 def for_sampling(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

@@ -17,7 +17,7 @@ from rla_core.config import Config
 from rla_core.errors import BadValue
 from rla_core.models.chat import encode_pairs
 from rla_core.models.factory import build_or_load, save_pretrained
-from rla_core.models.precision import FrozenLinearsCast, autocast
+from rla_core.models.precision import autocast
 from rla_core.training import trainable as trainable_weights
 from rla_core.training.sft import supervised_finetune
 from tasks.common import load_model
@@ -190,15 +190,11 @@ def warm_start_role(paths: RunPaths, cfg: Config, role: str, pairs: list[tuple[s
     model, tokenizer = load_model(paths.init_models / role, cfg.models.torch_device())
     model.train()
     trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed, stop_gradient=cfg.train.stop_gradient)
-    dtype = cfg.models.compute_dtype(role)
-    with autocast(dtype, cfg.models.torch_device()), FrozenLinearsCast(model, dtype) as cast:
-        def after_step(step: int, loss: float) -> None:
-            with cast.masters():  # a checkpoint saved here holds the float32 masters
-                on_step(step, loss, model, tokenizer)
-
+    with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):
         metrics = supervised_finetune(model, tokenize_pairs(tokenizer, pairs), steps=steps,
                                       batch_size=cfg.bootstrap.batch_size, lr=lr, seed=cfg.run.seed,
-                                      desc=f"bootstrap {role}", on_step=on_step and after_step)
+                                      desc=f"bootstrap {role}",
+                                      on_step=on_step and (lambda step, loss: on_step(step, loss, model, tokenizer)))
     return model, tokenizer, metrics
 
 

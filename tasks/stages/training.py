@@ -10,7 +10,7 @@ import torch
 from rla_core.compute import cap_samples, compute_metrics
 from rla_core.training import trainable
 from rla_core.config import Config, TrainConfig
-from rla_core.models.precision import FrozenLinearsCast, autocast
+from rla_core.models.precision import autocast
 from rla_core.schemas import TrainingSample, Trajectory
 from rla_core.training.base import get_trainer
 from tasks.common import load_model, stage_seed
@@ -78,11 +78,8 @@ def _train_here(paths: RunPaths, cfg: Config, k: int, out: Path, role: str, lr: 
     reference = None
     if cfg.train.reference == "initial":
         reference, _ = load_model(paths.bootstrap / role, cfg.models.torch_device())
-    # models.dtype: bfloat16 arithmetic where configured, the weights and optimizer stay float32; the frozen
-    # linear weights are cast once for the update (the torch backend; DeepSpeed owns its parameters)
-    dtype = cfg.models.compute_dtype(role)
-    with autocast(dtype, cfg.models.torch_device()), \
-            FrozenLinearsCast(model, dtype if cfg.train.backend == "torch" else torch.float32):
+    # models.dtype: bfloat16 arithmetic where configured, the weights and optimizer stay float32
+    with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):
         metrics = trainer.train(samples, reference, stage_seed(cfg, k, f"train_{role}"))
     trainable.merge(model)  # lora:R: the adapters folded in, a plain HF checkpoint
     trainer.save(out / "model", tokenizer=tokenizer)
