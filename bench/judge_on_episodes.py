@@ -5,7 +5,10 @@ episodes, the dev_trajectories.jsonl of `rla bench policy-warmstart --keep`). Ev
 steps with the evaluation's seed and eval.judge_m samples a step. Held-out episodes are refused: this is
 for choosing on dev.
 
-    python bench/judge_on_episodes.py --run RUN --episodes FILE --judge DIR [--judge DIR ...] [--out FILE]
+    python bench/judge_on_episodes.py --run RUN --episodes FILE --judge DIR [--judge DIR ...] [--set KEY=VALUE]
+        [--out FILE]
+
+--set changes the run's config for the scoring (e.g. judge.temperature=0.5, a setting to choose on dev).
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", required=True, help="run folder: its config and the evaluation's seed")
     parser.add_argument("--episodes", required=True, help="trajectories (JSON lines) with oracle-labelled steps")
     parser.add_argument("--judge", action="append", required=True, help="judge checkpoint folder (repeatable)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="change the run's config for this scoring (e.g. judge.temperature=0.5)")
     parser.add_argument("--out", default=None, help="write the rows as JSON here too")
     args = parser.parse_args(argv)
 
@@ -48,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         raise BadValue(f"{episodes} holds episodes of the run's held-out tasks: score judges on dev episodes")
     if not any(s.oracle_good is not None for t in trajectories for s in t.steps):
         raise BadValue(f"{episodes}: no step carries an oracle label")
-    cfg = load_config([paths.config], ["eval.reuse_judge_scores=false"])
+    cfg = load_config([paths.config], [*args.overrides, "eval.reuse_judge_scores=false"])
     bind_environment(cfg, run)
     rows = []
     for judge in judges:
@@ -58,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"judge": str(judge), "episodes": len(trajectories), "verdicts": len(pairs),
                      "good_steps": sum(1 for j in judged if j.oracle_good), "seconds": time.perf_counter() - began,
                      "unparsed_rate": sum(v == 0 for _, v in pairs) / max(len(pairs), 1), **verdict_rates(pairs)})
-    result = {"run": str(run), "episodes": str(episodes), "m": cfg.eval.judge_m, "rows": rows}
+    result = {"run": str(run), "episodes": str(episodes), "m": cfg.eval.judge_m, "overrides": args.overrides,
+              "temperature": cfg.judge.temperature, "rows": rows}
     print(json.dumps(result, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

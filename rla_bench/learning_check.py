@@ -38,6 +38,8 @@ MICRO = ["run.iterations=1", "environment.train_slots=8", "environment.heldout_f
          # Row (d) trains its judge only if the micro judge's two verdicts on some step differ: with 2 episodes,
          # under the tests' one thread, they never did (all +1), so the micro's judge is luck-bound either way
          "bootstrap.judge_policy_tasks=1",
+         # and its verdicts sampled at temperature 1 (smol.yaml's 0.5 makes two verdicts on a step agree more often)
+         "judge.temperature=1.0",
          "train.trainable=last_layers:2", "train.optimizer_steps=1", "train.micro_batch_size=8",
          # every task in band: the judge always has data, so row (d) updates it
          "environment.alpha_low=0.0", "environment.alpha_high=1.0", "models.device=cpu",

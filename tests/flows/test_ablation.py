@@ -251,6 +251,21 @@ def test_judge_warmstart_bench_on_a_household_run_retrains_the_bootstrap_judge_a
     kept = load_file(folder / "model.safetensors")
     own = load_file(run / "models" / "bootstrap" / "judge" / "model.safetensors")
     assert kept.keys() == own.keys() and all(kept[k].equal(own[k]) for k in own)
+    # bench/heldout_judge_checkpoint.py on the kept checkpoint (a copy of the run's judge): held-out, and with
+    # --dev, it repeats the baseline evaluation's verdicts; --set changes the sampling for the scoring only
+    script = _bench_script("heldout_judge_checkpoint.py")
+    for flags, theirs in (([], "benchmark_verdicts.json"), (["--dev"], "dev_benchmark_verdicts.json")):
+        scored = tmp_path / f"scored{len(flags)}.json"
+        assert script.main(["--run", str(run), "--step", str(steps), *flags, "--out", str(scored)]) == 0
+        mine = folder / ("dev_verdicts.json" if flags else "heldout_verdicts.json")
+        assert mine.read_bytes() == (run / "baseline" / theirs).read_bytes()
+        prefix = "dev/bench_" if flags else "bench/"
+        assert json.loads(scored.read_text())["balanced_acc"] == baseline[f"{prefix}balanced_acc"]
+    greedy = tmp_path / "greedy.json"
+    assert script.main(["--run", str(run), "--step", str(steps), "--dev", "--set", "judge.temperature=0",
+                        "--out", str(greedy)]) == 0
+    scores = json.loads(greedy.read_text())
+    assert scores["temperature"] == 0.0 and scores["overrides"] == ["judge.temperature=0"]
     import shutil
 
     shutil.rmtree(run / "bench_judge_warmstart")
@@ -396,6 +411,16 @@ def test_judge_on_episodes_scores_each_judge_on_the_oracle_labels_of_dev_episode
     with pytest.raises(BadValue, match="held-out tasks"):
         script.main(["--run", str(run), "--episodes", str(run / "baseline" / "heldout_trajectories.jsonl"),
                      "--judge", str(judge)])
+
+
+def _bench_script(name: str):
+    """A script of bench/ loaded as a module (bench/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), PROJECT_ROOT / "bench" / name)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
 
 
 def run_config_m(run) -> int:
