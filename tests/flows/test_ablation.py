@@ -347,15 +347,11 @@ def test_heldout_policy_checkpoint_replays_the_baseline_evaluation_and_plays_gre
     it plays the very held-out episodes the baseline evaluation played (same seed, same tasks); at 0 it
     plays greedy; its files go outside the run, which is left as it was, and an --out-dir inside is refused."""
     import hashlib
-    import importlib.util
 
     from rla_core.errors import BadValue
     from tasks.paths import run_config
 
-    where = PROJECT_ROOT / "bench" / "heldout_policy_checkpoint.py"
-    spec = importlib.util.spec_from_file_location("heldout_policy", where)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _bench_script("heldout_policy_checkpoint.py")
     result, _ = finished
     run = RunPaths.of(result["root"]).root / "a-seed0"
 
@@ -386,15 +382,11 @@ def test_judge_on_episodes_scores_each_judge_on_the_oracle_labels_of_dev_episode
     """bench/judge_on_episodes.py on a game run's baseline dev episodes: one row per judge, its p+/p- against
     the episodes' oracle labels; the same judge twice gives the same row (the evaluation's seed); held-out
     episodes are refused."""
-    import importlib.util
-
     from rla_core.errors import BadValue
     from rla_core.schemas import Trajectory
     from tasks.storage.files import read_records
 
-    spec = importlib.util.spec_from_file_location("judge_on_episodes", PROJECT_ROOT / "bench" / "judge_on_episodes.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _bench_script("judge_on_episodes.py")
     result, _ = finished
     run = RunPaths.of(result["root"]).root / "a-seed0"
     dev = run / "baseline" / "dev_trajectories.jsonl"
