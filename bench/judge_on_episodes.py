@@ -3,7 +3,8 @@ accuracy. The judge benchmark holds fixed steps of a tiny policy, a random one a
 loop the judge reads the run's own policy's steps, and this scores it on those (e.g. a policy checkpoint's DEV
 episodes, the dev_trajectories.jsonl of `rla bench policy-warmstart --keep`). Every judge reads the same
 steps with the evaluation's seed and eval.judge_m samples a step. Held-out episodes are refused: this is
-for choosing on dev.
+for choosing on dev. `disagreeing_steps_rate` is the share of steps whose samples do not all give the same
+verdict: in the loop only those steps train the judge (its advantages are a z-score over a step's m samples).
 
     python bench/judge_on_episodes.py --run RUN --episodes FILE --judge DIR [--judge DIR ...] [--set KEY=VALUE]
         [--out FILE]
@@ -60,9 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         judged, _ = judge_all(paths, cfg, trajectories, judge, eval_seed(cfg), f"judge {judge.name}", cfg.eval.judge_m)
         pairs = [(j.oracle_good, s.verdict) for j in judged if j.oracle_good is not None for s in j.samples]
+        # in the loop a step trains the judge only when its m verdicts differ (judge_samples skips the rest)
+        disagreeing = sum(len({s.verdict for s in j.samples}) > 1 for j in judged)
         rows.append({"judge": str(judge), "episodes": len(trajectories), "verdicts": len(pairs),
                      "good_steps": sum(1 for j in judged if j.oracle_good), "seconds": time.perf_counter() - began,
-                     "unparsed_rate": sum(v == 0 for _, v in pairs) / max(len(pairs), 1), **verdict_rates(pairs)})
+                     "unparsed_rate": sum(v == 0 for _, v in pairs) / max(len(pairs), 1),
+                     "disagreeing_steps_rate": disagreeing / max(len(judged), 1), **verdict_rates(pairs)})
     result = {"run": str(run), "episodes": str(episodes), "m": cfg.eval.judge_m, "overrides": args.overrides,
               "temperature": cfg.judge.temperature, "rows": rows}
     print(json.dumps(result, indent=1))

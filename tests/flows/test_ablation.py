@@ -373,6 +373,20 @@ def test_heldout_policy_checkpoint_replays_the_baseline_evaluation_and_plays_gre
     assert scores["temperature"] == 0.0 and 0.0 <= scores["heldout/success_rate"] <= 1.0
     assert len((greedy / "heldout_trajectories.jsonl").read_text().splitlines()) == 6
     assert tree() == before
+    # the warm start's episodes (as replayed here) and the trained policy's final ones, on the same held-out
+    # tasks and samples, paired by bench/paired_episodes.py
+    final = sorted(run.glob("iterations/iter_*/evaluate/heldout_trajectories.jsonl"))[-1].parent
+    paired, out = _bench_script("paired_episodes.py"), tmp_path / "paired.json"
+    files = [str(sampled / "heldout_trajectories.jsonl"), str(final / "heldout_trajectories.jsonl")]
+    assert paired.main([*files, "--names", "start,end", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())
+    end = json.loads((final / "metrics.json").read_text())["heldout/success_rate"]
+    assert row["success"] == {"start": baseline["heldout/success_rate"], "end": end}
+    assert row["both"] + row["only_start"] + row["only_end"] + row["neither"] == row["episodes"] == 12
+    assert row["difference_end_minus_start"] == (row["only_end"] - row["only_start"]) / 12
+    assert sum(f["tasks"] for f in row["by_family"].values()) == 12
+    with pytest.raises(SystemExit, match="different episodes"):  # one greedy episode a task against two sampled
+        paired.main([files[0], str(greedy / "heldout_trajectories.jsonl")])
     with pytest.raises(BadValue, match="inside the run folder"):
         script.main(["--run", str(run), "--out-dir", str(run / "greedy")])
     assert tree() == before
@@ -397,12 +411,26 @@ def test_judge_on_episodes_scores_each_judge_on_the_oracle_labels_of_dev_episode
     first, second = json.loads(out.read_text())["rows"]
     steps = [s for t in read_records(dev, Trajectory) for s in t.steps if s.oracle_good is not None]
     assert first["verdicts"] == len(steps) * run_config_m(run) and first["good_steps"] == sum(s.oracle_good for s in steps)
+    assert run_config_m(run) == 1 and first["disagreeing_steps_rate"] == 0.0
+    # two greedy samples a step always agree: no step would train the judge
+    assert script.main(["--run", str(run), "--episodes", str(dev), "--judge", str(judge), "--set", "eval.judge_m=2",
+                        "--set", "judge.temperature=0", "--out", str(out)]) == 0
+    greedy = json.loads(out.read_text())["rows"][0]
+    assert greedy["verdicts"] == 2 * len(steps) and greedy["disagreeing_steps_rate"] == 0.0
     rates = [first[k] for k in ("p_pos", "p_neg") if k in first]
     assert rates and all(0.0 <= r <= 1.0 for r in rates)
     assert {k: v for k, v in first.items() if k != "seconds"} == {k: v for k, v in second.items() if k != "seconds"}
     with pytest.raises(BadValue, match="held-out tasks"):
         script.main(["--run", str(run), "--episodes", str(run / "baseline" / "heldout_trajectories.jsonl"),
                      "--judge", str(judge)])
+
+
+def test_paired_episodes_exact_mcnemar():
+    """The exact two-sided McNemar p-value on the discordant pairs, against hand-computed binomial tails."""
+    mcnemar = _bench_script("paired_episodes.py").mcnemar_exact
+    assert mcnemar(0, 5) == 2 / 32
+    assert mcnemar(1, 9) == mcnemar(9, 1) == 2 * 11 / 1024
+    assert mcnemar(3, 3) == mcnemar(0, 0) == 1.0
 
 
 def _bench_script(name: str):
