@@ -417,6 +417,11 @@ def test_judge_on_episodes_scores_each_judge_on_the_oracle_labels_of_dev_episode
                         "--set", "judge.temperature=0", "--out", str(out)]) == 0
     greedy = json.loads(out.read_text())["rows"][0]
     assert greedy["verdicts"] == 2 * len(steps) and greedy["disagreeing_steps_rate"] == 0.0
+    # four samples a step at temperature 1 from the micro judge: some steps get differing verdicts
+    assert script.main(["--run", str(run), "--episodes", str(dev), "--judge", str(judge), "--set", "eval.judge_m=4",
+                        "--out", str(out)]) == 0
+    sampled = json.loads(out.read_text())["rows"][0]
+    assert sampled["verdicts"] == 4 * len(steps) and 0.0 < sampled["disagreeing_steps_rate"] <= 1.0
     rates = [first[k] for k in ("p_pos", "p_neg") if k in first]
     assert rates and all(0.0 <= r <= 1.0 for r in rates)
     assert {k: v for k, v in first.items() if k != "seconds"} == {k: v for k, v in second.items() if k != "seconds"}
