@@ -152,6 +152,19 @@ class RolloutConfig(_Section):
         "SmolLM2), off in float32, where smaller matmuls round otherwise. Runs written before this key existed "
         "used false")
 
+    prefix_reuse: bool = Field(
+        False, description="multi-turn settings, transformers engine: each turn's prefill copies the keys and "
+        "values of the prompt's common prefix with the same episode's previous prompt (the chat head, the goal, "
+        "earlier turns) instead of computing them again (rla_core/rollout/prefix_reuse.py). Not exact: the "
+        "prefix's states come from another pass, so samples change in the last bits; off by default")
+
+    @model_validator(mode="after")
+    def _prefix_reuse_backend(self) -> "RolloutConfig":
+        if self.prefix_reuse and self.backend != "transformers":
+            raise ValueError(f"rollout.prefix_reuse needs rollout.backend transformers, not {self.backend!r} "
+                             "(vLLM caches prompt prefixes by itself)")
+        return self
+
     def decode_attention_for(self, pretrained: bool) -> str:
         if self.decode_attention == "auto":
             return "matmul" if pretrained else "model"

@@ -8,12 +8,13 @@ avoids per-call overhead that dominates for tiny models.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from rla_core.rollout import decode_attention as decode_attention_module
+from rla_core.rollout import prefix_reuse
 from rla_core.rollout.base import Generation, SamplingParams, register_engine
 
 
@@ -66,7 +67,30 @@ class PreallocatedLayer(DynamicLayer):
         self._expose()
         if start == 0:  # the prefill attends over its own contiguous states, as the concatenating cache does
             return key_states, value_states
+        if key_states.shape[-2] > 1:  # a prefill after reused columns (prefix_reuse): the model's own attention
+            return self.keys.to(key_states.dtype), self.values.to(value_states.dtype)
         return self.keys, self.values
+
+    def prefill(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Start the cache with `keys`/`values` [B, H, start, D] in its first columns (prefix_reuse): the next
+        `update` writes after them."""
+        if self._keys is not None:
+            raise RuntimeError("this cache is filled already")
+        self.dtype, self.device = keys.dtype, keys.device
+        batch, heads, start, dim = keys.shape
+        store = self.store_dtype or keys.dtype
+        self._keys = keys.new_empty((batch, heads, self.capacity, dim), dtype=store)
+        self._values = values.new_empty((batch, heads, self.capacity, values.shape[-1]), dtype=store)
+        self._keys[:, :, :start], self._values[:, :, :start] = keys, values
+        self.is_initialized, self.length = True, start
+        self._expose()
+
+    def prompt_keys(self, row: int, offset: int) -> torch.Tensor:
+        """Row `row`'s keys from column `offset` to the filled end [H, length − offset, D] (before any repeat)."""
+        return self._keys[row, :, offset:self.length]
+
+    def prompt_values(self, row: int, offset: int) -> torch.Tensor:
+        return self._values[row, :, offset:self.length]
 
     def get_seq_length(self) -> int:
         return self.length
@@ -114,6 +138,10 @@ class PreallocatedLayer(DynamicLayer):
                                                                self.repeats, self.rows)
             return
         self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+
+
+# (store, one key per prompt): see `sample_batch`
+Prefixes = tuple[prefix_reuse.PrefixStore, list[Hashable]]
 
 
 def _rows(buffer: torch.Tensor, indices: torch.Tensor, filled: int) -> torch.Tensor:
@@ -192,7 +220,7 @@ def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator, 
 @torch.no_grad()
 def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
                  generator: torch.Generator, sampler: str = "inverse_cdf", decode_attention: str = "model",
-                 drop_finished: bool = False) -> list[tuple[list[int], list[float]]]:
+                 drop_finished: bool = False, prefixes: Prefixes | None = None) -> list[tuple[list[int], list[float]]]:
     """Decode up to max_new_tokens for params.n samples of every prompt; returns (ids, logprobs) per
     sample, grouped by prompt. The prompt is prefilled once and its KV cache repeated n times; the cache
     is allocated once for prompt + max_new_tokens positions (`PreallocatedLayer`).
@@ -204,28 +232,30 @@ def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, e
     drop_finished: once a quarter of the decoded rows has said eos, those rows leave the batch (their
     cache rows too), so a chunk no longer decodes every row until its longest one ends. Each remaining
     row draws the uniform number it would have drawn in the full batch; with the multinomial sampler,
-    whose draws depend on the batch, rows are not dropped."""
+    whose draws depend on the batch, rows are not dropped.
+
+    prefixes: (store, one key per prompt): each prompt's longest common prefix with its key's previous
+    prompt is copied from the store instead of computed, and the store keeps this prompt's states
+    (rla_core/rollout/prefix_reuse.py; n = 1 only)."""
     if decode_attention not in DECODE_ATTENTION:
         raise ValueError(f"unknown decode_attention {decode_attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
     if decode_attention == "matmul" and decode_attention_module.supported(model):
         with decode_attention_module.using(model):
             return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, torch.float32, True,
-                                 drop_finished)
-    return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, None, False, drop_finished)
+                                 drop_finished, prefixes)
+    return _sample_batch(model, prompts, params, eos_id, pad_id, generator, sampler, None, False, drop_finished,
+                         prefixes)
 
 
 def _sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int,
                   generator: torch.Generator, sampler: str, store_dtype: torch.dtype | None,
-                  share_prompt: bool = False, drop_finished: bool = False) -> list[tuple[list[int], list[float]]]:
+                  share_prompt: bool = False, drop_finished: bool = False, prefixes: Prefixes | None = None
+                  ) -> list[tuple[list[int], list[float]]]:
     device = next(model.parameters()).device
     ids, mask = (t.to(device) for t in left_pad(prompts, pad_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    # Only the last position's logits are needed: skip the vocabulary projection of the whole prompt.
-    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     cache = preallocated_cache(model, ids.shape[1] + params.max_new_tokens, store_dtype, share_prompt)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                **keep)
-    cache, logits = out.past_key_values, out.logits[:, -1, :]
+    cache, logits = _prefill(model, prompts, ids, mask, positions, cache, prefixes)
     if params.n > 1:
         cache.batch_repeat_interleave(params.n)
         logits, mask, positions = (t.repeat_interleave(params.n, dim=0) for t in (logits, mask, positions))
@@ -261,6 +291,26 @@ def _sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, 
         cache, logits = out.past_key_values, out.logits[:, -1, :]
         next_pos = next_pos + 1
     return _strip(tokens[:, :steps], token_logprobs[:, :steps], eos_id)
+
+
+def _prefill(model: Any, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+             cache: Cache, prefixes: Prefixes | None) -> tuple[Cache, torch.Tensor]:
+    """Run the prompts into `cache`; the last position's logits [B, V]. With `prefixes`, the columns that
+    every row's stored prefix covers are copied in, not computed, and the store keeps the new prompts."""
+    # Only the last position's logits are needed: skip the vocabulary projection of the whole prompt.
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    start, dtype = 0, next(model.parameters()).dtype
+    if prefixes is not None:
+        store, keys = prefixes
+        lengths = [len(p) for p in prompts]
+        start = prefix_reuse.prefill_start(lengths, [store.reusable(k, p) for k, p in zip(keys, prompts)])
+        prefix_reuse.fill_prefix(cache, store, keys, lengths, start, dtype)
+        store.count(lengths, start)
+    out = model(input_ids=ids[:, start:], attention_mask=mask, position_ids=positions[:, start:],
+                past_key_values=cache, use_cache=True, **keep)
+    if prefixes is not None:
+        prefix_reuse.keep_prompts(out.past_key_values, prefixes[0], prefixes[1], prompts, dtype)
+    return out.past_key_values, out.logits[:, -1, :]
 
 
 def _strip(tokens: torch.Tensor, logprobs: torch.Tensor, eos_id: int) -> list[tuple[list[int], list[float]]]:
@@ -299,10 +349,16 @@ class TransformersEngine:
             return next(self.model.parameters()).dtype == torch.bfloat16
         return self.drop_finished is True
 
+    reuses_prefixes = True  # generate takes `prefixes` (rollout.prefix_reuse)
+
     def generate(self, prompts: list[list[int]], params: SamplingParams,
-                 progress: Callable[[int], None] | None = None) -> list[Generation]:
+                 progress: Callable[[int], None] | None = None, prefixes: Prefixes | None = None) -> list[Generation]:
+        """`prefixes`: (store, one key per prompt), see `sample_batch`; the chunks then group prompts by the
+        count of tokens the store does not hold, which is what each chunk's prefill runs over."""
         if not prompts:
             return []
+        if prefixes is not None and params.n != 1:
+            raise ValueError("prefix reuse keeps one prompt per key: it needs n = 1 sample per prompt")
         was_training = self.model.training
         self.model.eval()
         # The generator lives where sampling happens (torch.rand draws on the model's device).
@@ -310,12 +366,16 @@ class TransformersEngine:
         eos_id, pad_id = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         # Sort by length so each chunk pads little; results are put back in the callers' order.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        if prefixes is not None:
+            store, keys = prefixes
+            order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) - store.reusable(keys[i], prompts[i]))
         per_chunk = max(1, self.batch_size // params.n)  # batch_size counts sequences being decoded
         results: list[list[Generation]] = [[] for _ in prompts]
         for start in range(0, len(order), per_chunk):
             chunk = order[start:start + per_chunk]
+            chunk_prefixes = None if prefixes is None else (prefixes[0], [prefixes[1][i] for i in chunk])
             decoded = sample_batch(self.model, [prompts[i] for i in chunk], params, eos_id, pad_id, generator,
-                                   self.sampler, self.decode_attention, self._drops())
+                                   self.sampler, self.decode_attention, self._drops(), chunk_prefixes)
             for row, (ids, logprobs) in enumerate(decoded):
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 results[chunk[row // params.n]].append(Generation(token_ids=ids, text=text, logprobs=logprobs))

@@ -11,6 +11,7 @@ from typing import Any, Callable
 from rla_core.envs.base import EnvironmentFamily, Episode
 from rla_core.models.chat import encode_prompts
 from rla_core.rollout.base import RolloutEngine, SamplingParams
+from rla_core.rollout.prefix_reuse import PrefixStore
 from rla_core.rollout.prompts import Turn, parse_action, policy_prompt
 from rla_core.schemas import Step, Task, Trajectory
 
@@ -60,11 +61,20 @@ def play(
     history_turns: int,
     label_steps: bool = True,
     progress: Callable[[int], None] | None = None,
+    reuse_prefixes: bool = False,
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """Roll out (task, sample_index) jobs to completion; a won episode ends at its winning step.
 
-    Returns trajectories in job order and metrics (success_rate, mean_steps, invalid_rate).
+    reuse_prefixes: each turn's prefill copies the keys and values of the prompt's common prefix with the
+    same episode's previous prompt (rla_core/rollout/prefix_reuse.py; the engine must take `prefixes`).
+
+    Returns trajectories in job order and metrics (success_rate, mean_steps, invalid_rate; with
+    reuse_prefixes also prefix_reused_rate and prefix_prefill_saved).
     """
+    if reuse_prefixes and not getattr(engine, "reuses_prefixes", False):
+        raise ValueError(f"rollout.prefix_reuse: the {type(engine).__name__} cannot reuse prompt prefixes "
+                         "(the transformers backend can; vLLM caches prefixes by itself)")
+    store = PrefixStore() if reuse_prefixes else None
     lives = [_start(task, j, family) for task, j in jobs]
     for turn in range(max_steps):
         active = [live for live in lives if not live.done]
@@ -75,9 +85,14 @@ def play(
                  for l, c in zip(active, commands)]
         prompt_ids = encode_prompts(tokenizer, texts)
         turn_params = SamplingParams(params.max_new_tokens, params.temperature, params.seed * 1000 + turn)
-        generations = engine.generate(prompt_ids, turn_params)
+        if store is None:
+            generations = engine.generate(prompt_ids, turn_params)
+        else:
+            generations = engine.generate(prompt_ids, turn_params, prefixes=(store, [id(l) for l in active]))
         for live, ids, gen, cmds in zip(active, prompt_ids, generations, commands):
             _advance(live, ids, gen, cmds, label_steps)
+        if store is not None:
+            store.forget([id(live) for live in active if live.done])
         if progress is not None:
             progress(sum(1 for live in active if live.done))
     trajectories = [
@@ -85,7 +100,8 @@ def play(
                    goal=l.episode.goal, initial_observation=l.initial_observation, steps=l.steps, success=l.won)
         for l in lives
     ]
-    return trajectories, rollout_metrics(trajectories)
+    metrics = rollout_metrics(trajectories)
+    return trajectories, metrics if store is None else {**metrics, **store.metrics()}
 
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:

@@ -90,7 +90,8 @@ def rollout_tasks(paths: RunPaths, cfg: Config, tasks: list[Task], model_dir: Pa
     params = SamplingParams(cfg.rollout.max_new_tokens, temperature, seed)
     with progress_bar(len(jobs), desc) as bar:
         return play(engine, tokenizer, get_environment(cfg.environment.name), jobs, params,
-                    cfg.rollout.max_steps, cfg.rollout.history_turns, progress=bar.update)
+                    cfg.rollout.max_steps, cfg.rollout.history_turns, progress=bar.update,
+                    reuse_prefixes=cfg.rollout.prefix_reuse)
 
 
 def judge_all(paths: RunPaths, cfg: Config, trajectories: list[Trajectory], model_dir: Path, seed: int,
