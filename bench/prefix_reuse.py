@@ -1,7 +1,8 @@
-"""Time the household/TextWorld rollout with and without `rollout.prefix_reuse`, on a run's DEV tasks (speed
-only: nothing is chosen from these episodes), arms alternating, and say how far the episodes moved.
+"""Time the household/TextWorld rollout and judge stages with and without `rollout.prefix_reuse`, on a run's DEV
+tasks (speed only: nothing is chosen from these episodes), arms alternating, and say how far the samples moved.
 
-    python bench/prefix_reuse.py --run RUN --policy DIR [--tasks 16 --n 4 --arms off,on,off,on] [--out F]
+    python bench/prefix_reuse.py --run RUN --policy DIR [--judge DIR --m 3] [--tasks 16 --n 4 --arms off,on,off,on]
+        [--out F]
 
 Each arm plays the first --tasks dev tasks × --n episodes at the run's rollout temperature and seed, as the
 rollout stage plays them; the arms with the same setting must give the same episodes (checked).
@@ -22,6 +23,33 @@ def _actions(trajectories) -> list[tuple]:
     return [tuple(s.action for s in t.steps) for t in trajectories]
 
 
+def _judge_arms(paths, cfg, trajectories, judge: Path, arms: list[str], m: int) -> dict:
+    """The judge stage's m verdicts on every step of `trajectories`, once per arm (judge_all, the stage's
+    own call); the arms with the same setting must give the same verdicts (checked)."""
+    from tasks.stages.engines import judge_all
+
+    rows, verdicts = [], {}
+    for arm in arms:
+        cfg.rollout.prefix_reuse = arm == "on"
+        began = time.perf_counter()
+        judged, metrics = judge_all(paths, cfg, trajectories, judge, cfg.run.seed, f"judge, prefix_reuse {arm}", m)
+        seconds = time.perf_counter() - began
+        said = [tuple(s.verdict for s in j.samples) for j in judged]
+        if arm in verdicts and verdicts[arm] != said:
+            raise RuntimeError(f"two judge arms with prefix_reuse {arm} gave different verdicts")
+        verdicts[arm] = said
+        rows.append({"prefix_reuse": arm, "seconds": round(seconds, 1), "steps": len(judged),
+                     **{k: round(v, 4) for k, v in metrics.items()}})
+        print(json.dumps(rows[-1]), flush=True)
+    out = {"m": m, "arms": rows}
+    if len(verdicts) == 2:
+        pairs = [(a, b) for x, y in zip(verdicts["off"], verdicts["on"]) for a, b in zip(x, y)]
+        out["verdicts_equal"] = f"{sum(a == b for a, b in pairs)} of {len(pairs)}"
+        mean = {arm: sum(r["seconds"] for r in rows if r["prefix_reuse"] == arm) / arms.count(arm) for arm in verdicts}
+        out["ratio_on_off"] = round(mean["on"] / mean["off"], 3)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", required=True, help="run folder: its config, dev tasks and seed")
@@ -29,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=16, help="dev tasks played (default 16)")
     parser.add_argument("--n", type=int, default=4, help="episodes per task (default 4)")
     parser.add_argument("--arms", default="off,on,off,on", help="prefix_reuse per arm, in order")
+    parser.add_argument("--rollout-arms", default=None, help="the rollout's arms, if not --arms (e.g. off: play once "
+                        "for the judge arms)")
+    parser.add_argument("--judge", default=None, help="judge checkpoint folder: also time the judge stage on the "
+                        "first arm's episodes, with the same arms")
+    parser.add_argument("--m", type=int, default=None, help="judge samples per step (default: the run's judge.m)")
     parser.add_argument("--out", default=None, help="JSON file for the result")
     args = parser.parse_args(argv)
 
@@ -46,13 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         if not need.is_file():
             raise MissingFile(f"{need} is missing: give a run folder past its seed stage and a policy checkpoint")
     arms = args.arms.split(",")
-    if any(a not in ("on", "off") for a in arms) or args.tasks <= 0 or args.n <= 0:
+    if any(a not in ("on", "off") for a in arms + (args.rollout_arms or "off").split(",")) or args.tasks <= 0 or args.n <= 0:
         raise BadValue("--arms is a comma list of on/off; --tasks and --n are positive")
     cfg = load_config([paths.config])
     bind_environment(cfg, run)
     tasks = read_records(paths.dev, Task)[:args.tasks]
-    rows, episodes = [], {}
-    for arm in arms:
+    rows, episodes, first = [], {}, None
+    rollout_arms = args.rollout_arms.split(",") if args.rollout_arms else arms
+    for arm in rollout_arms:
         cfg.rollout.prefix_reuse = arm == "on"
         began = time.perf_counter()
         trajectories, metrics = rollout_tasks(paths, cfg, tasks, policy, args.n, cfg.rollout.temperature,
@@ -62,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         if arm in episodes and episodes[arm] != actions:
             raise RuntimeError(f"two arms with prefix_reuse {arm} played different episodes")
         episodes[arm] = actions
+        first = first or trajectories
         turns = sum(len(t.steps) for t in trajectories)
         rows.append({"prefix_reuse": arm, "seconds": round(seconds, 1), "turns": turns,
                      "seconds_per_turn": round(seconds / max(turns, 1), 4),
@@ -71,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(episodes) == 2:
         same = sum(a == b for a, b in zip(episodes["off"], episodes["on"]))
         result["episodes_identical"] = f"{same} of {len(episodes['off'])}"
-        mean = {arm: sum(r["seconds"] for r in rows if r["prefix_reuse"] == arm) / arms.count(arm) for arm in episodes}
+        mean = {arm: sum(r["seconds"] for r in rows if r["prefix_reuse"] == arm) / rollout_arms.count(arm)
+                for arm in episodes}
         result["ratio_on_off"] = round(mean["on"] / mean["off"], 3)
+    if args.judge:
+        result["judge"] = _judge_arms(paths, cfg, first, Path(args.judge).resolve(), arms, args.m or cfg.judge.m)
     print(json.dumps(result, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

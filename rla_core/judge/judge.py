@@ -10,7 +10,8 @@ import re
 from typing import Any, Callable
 
 from rla_core.models.chat import encode_prompts
-from rla_core.rollout.base import RolloutEngine, SamplingParams
+from rla_core.rollout.base import Generation, RolloutEngine, SamplingParams
+from rla_core.rollout.prefix_reuse import PrefixStore
 from rla_core.rollout.prompts import Turn, format_history
 from rla_core.schemas import JudgedStep, JudgeSample, Trajectory, Verdict
 
@@ -75,8 +76,13 @@ def judge_trajectories(
     params: SamplingParams,
     history_turns: int,
     progress: Callable[[int], None] | None = None,
+    reuse_prefixes: bool = False,
 ) -> tuple[list[JudgedStep], dict[str, float]]:
     """m judge samples for every step of every trajectory.
+
+    reuse_prefixes: the steps are judged step index by step index, and each trajectory's step prompt reuses
+    the keys and values of its common prefix with the same trajectory's previous step prompt
+    (rla_core/rollout/prefix_reuse.py); the metrics then carry prefix_reused_rate and prefix_prefill_saved.
 
     Returns one JudgedStep per (trajectory, step) and metrics: verdict rates and, where oracle labels
     exist, the judge's per-sample precision on good steps p₊ and on bad steps p₋ (and μ = p₊ + p₋).
@@ -88,7 +94,12 @@ def judge_trajectories(
             texts.append(text)
     prompt_ids = encode_prompts(tokenizer, texts)
     params = SamplingParams(params.max_new_tokens, params.temperature, params.seed, n=m)
-    generations = engine.generate(prompt_ids, params, progress)
+    store = PrefixStore() if reuse_prefixes else None
+    if store is None:
+        generations = engine.generate(prompt_ids, params, progress)
+    else:
+        generations = _by_step_index(engine, [(id(t), s.index) for t, s in keys], prompt_ids, params, store,
+                                     progress)
     judged = []
     for n, (trajectory, step) in enumerate(keys):
         samples = [
@@ -98,7 +109,31 @@ def judge_trajectories(
         ]
         judged.append(JudgedStep(task_id=trajectory.task_id, sample_index=trajectory.sample_index,
                                  step_index=step.index, samples=samples, oracle_good=step.oracle_good))
-    return judged, judge_metrics(judged)
+    metrics = judge_metrics(judged)
+    return judged, metrics if store is None else {**metrics, **store.metrics()}
+
+
+def _by_step_index(engine: RolloutEngine, keys: list[tuple[int, int]], prompt_ids: list[list[int]],
+                   params: SamplingParams, store: PrefixStore, progress: Callable[[int], None] | None
+                   ) -> list[Generation]:
+    """`engine.generate` of every prompt, one call per step index (keys: (trajectory, step index)), so that a
+    trajectory's step t finds its step t − 1's prompt states in `store`; each call draws from its own seed."""
+    if not getattr(engine, "reuses_prefixes", False):
+        raise ValueError(f"rollout.prefix_reuse: the {type(engine).__name__} cannot reuse prompt prefixes "
+                         "(the transformers backend can; vLLM caches prefixes by itself)")
+    out: list[list[Generation]] = [[] for _ in keys]
+    last = {}
+    for trajectory, index in keys:
+        last[trajectory] = max(index, last.get(trajectory, index))
+    for index in sorted({i for _, i in keys}):
+        rows = [r for r, (_, i) in enumerate(keys) if i == index]
+        step = SamplingParams(params.max_new_tokens, params.temperature, params.seed * 1000 + index, params.n)
+        generations = engine.generate([prompt_ids[r] for r in rows], step, progress,
+                                      prefixes=(store, [keys[r][0] for r in rows]))
+        for place, row in enumerate(rows):
+            out[row] = generations[place * params.n:(place + 1) * params.n]
+        store.forget([keys[r][0] for r in rows if last[keys[r][0]] == index])
+    return [g for group in out for g in group]
 
 
 def verdict_rates(pairs: list[tuple[bool, int]]) -> dict[str, float]:

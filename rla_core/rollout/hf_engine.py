@@ -357,8 +357,6 @@ class TransformersEngine:
         count of tokens the store does not hold, which is what each chunk's prefill runs over."""
         if not prompts:
             return []
-        if prefixes is not None and params.n != 1:
-            raise ValueError("prefix reuse keeps one prompt per key: it needs n = 1 sample per prompt")
         was_training = self.model.training
         self.model.eval()
         # The generator lives where sampling happens (torch.rand draws on the model's device).

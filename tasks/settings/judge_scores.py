@@ -41,7 +41,7 @@ METRICS_FILE = "metrics.json"
 OUTPUT_FILE = "output"  # the scoring's verdicts (coding: tests) file, whatever the caller named it
 # Config keys that cannot change the verdicts of given judge weights on a given benchmark at a given seed.
 FREE_KEYS = (*RUN_FREE_KEYS, "run.name", "run.eval_every", "tracking", "versioning", "judge.train",
-             "environment.adapt", "rollout.drop_finished", "train", "bootstrap")
+             "environment.adapt", "rollout.drop_finished", "rollout.prefix_reuse", "train", "bootstrap")
 _CODE = tuple(Path(__file__).resolve().parents[2] / name for name in ("rla_core", "tasks"))
 _SKIPPED_MODEL_FILES = {"optimizer.pt"}
 _code_digest: str | None = None

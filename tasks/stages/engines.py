@@ -102,5 +102,5 @@ def judge_all(paths: RunPaths, cfg: Config, trajectories: list[Trajectory], mode
     params = SamplingParams(cfg.judge.max_new_tokens, cfg.judge.temperature, seed)
     total = sum(len(t.steps) for t in trajectories) * m
     with progress_bar(total, desc, unit="verdict") as bar:
-        return judge_trajectories(engine, tokenizer, trajectories, m, params,
-                                  cfg.rollout.history_turns, progress=bar.update)
+        return judge_trajectories(engine, tokenizer, trajectories, m, params, cfg.rollout.history_turns,
+                                  progress=bar.update, reuse_prefixes=cfg.rollout.prefix_reuse)

@@ -15,6 +15,7 @@ from rla_core.models.tokenizer import train_tokenizer
 from rla_core.rollout import hf_engine
 from rla_core.rollout.base import Generation, SamplingParams, get_engine
 from rla_core.rollout.prefix_reuse import PrefixStore, common_prefix, prefill_start
+from rla_core.judge.judge import judge_trajectories
 from rla_core.rollout.runner import play
 from rla_core.schemas import Task
 
@@ -96,19 +97,26 @@ def _task(seed: int) -> Task:
     return Task(task_id=f"t{seed}", slot_id=f"t{seed}", spec=spec)
 
 
-def test_the_runner_feeds_the_engine_each_episodes_consecutive_prompts():
+@pytest.fixture(scope="module")
+def tiny():
     tokenizer = train_tokenizer(TEXTS, 300)
     model = build_model(ModelSpec(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                                   max_positions=1024), tokenizer, seed=0)
-    engine = get_engine("transformers")(model, tokenizer, batch_size=4)
-    jobs = [(_task(s), j) for s in range(3) for j in range(2)]
+    return get_engine("transformers")(model, tokenizer, batch_size=4), tokenizer
+
+
+JOBS = [(_task(s), j) for s in range(3) for j in range(2)]
+
+
+def test_the_runner_feeds_the_engine_each_episodes_consecutive_prompts(tiny):
+    engine, tokenizer = tiny
     runs = {}
     for reuse in (False, True):
         # greedy: with sampling the chunks group rows by what the store lacks, so rows draw other uniforms
-        runs[reuse] = play(engine, tokenizer, HOUSEHOLD, jobs, SamplingParams(6, 0.0, 3), 6, 2,
+        runs[reuse] = play(engine, tokenizer, HOUSEHOLD, JOBS, SamplingParams(6, 0.0, 3), 6, 2,
                            reuse_prefixes=reuse)
     (plain, plain_metrics), (reused, metrics) = runs[False], runs[True]
-    assert sum(len(t.steps) for t in plain) > len(jobs)  # episodes of several turns
+    assert sum(len(t.steps) for t in plain) > len(JOBS)  # episodes of several turns
     assert [[s.response_ids for s in t.steps] for t in reused] == [[s.response_ids for s in t.steps] for t in plain]
     assert [[s.prompt_ids for s in t.steps] for t in reused] == [[s.prompt_ids for s in t.steps] for t in plain]
     # the goal and the chat-less prompt's head repeat every turn: a good share of each prompt is reused
@@ -117,16 +125,32 @@ def test_the_runner_feeds_the_engine_each_episodes_consecutive_prompts():
     assert "prefix_reused_rate" not in plain_metrics
 
 
+def test_the_judge_reuses_each_trajectorys_previous_step_prompt(tiny):
+    engine, tokenizer = tiny
+    trajectories, _ = play(engine, tokenizer, HOUSEHOLD, JOBS, SamplingParams(6, 1.0, 3), 6, 2)  # the producer
+    params = SamplingParams(8, 0.0, 5)
+    plain, plain_metrics = judge_trajectories(engine, tokenizer, trajectories, 2, params, 2)
+    reused, metrics = judge_trajectories(engine, tokenizer, trajectories, 2, params, 2, reuse_prefixes=True)
+    assert [(j.task_id, j.sample_index, j.step_index) for j in reused] == \
+        [(j.task_id, j.sample_index, j.step_index) for j in plain]
+    assert [[(s.prompt_ids, s.response_ids) for s in j.samples] for j in reused] == \
+        [[(s.prompt_ids, s.response_ids) for s in j.samples] for j in plain]
+    assert all(len(j.samples) == 2 for j in reused) and len(reused) == sum(len(t.steps) for t in trajectories)
+    assert 0.1 < metrics["prefix_reused_rate"] < 1
+    assert {k: v for k, v in metrics.items() if not k.startswith("prefix_")} == plain_metrics
+
+
 class _NoPrefixEngine:
     def generate(self, prompts, params, progress=None):
-        return [Generation(token_ids=[1], text="\\boxed{1}") for _ in prompts]
+        return [Generation(token_ids=[1], text="\\boxed{1}") for _ in prompts for _ in range(params.n)]
 
 
-def test_an_engine_without_prefix_reuse_and_vllm_are_refused_clearly():
+def test_an_engine_without_prefix_reuse_and_vllm_are_refused_clearly(tiny):
+    engine, tokenizer = tiny
     with pytest.raises(ValueError, match="cannot reuse prompt prefixes"):
-        play(_NoPrefixEngine(), None, HOUSEHOLD, [(_task(0), 0)], SamplingParams(4), 3, 1, reuse_prefixes=True)
+        play(_NoPrefixEngine(), tokenizer, HOUSEHOLD, [(_task(0), 0)], SamplingParams(4), 3, 1, reuse_prefixes=True)
+    trajectories, _ = play(engine, tokenizer, HOUSEHOLD, JOBS[:1], SamplingParams(4), 2, 1)
+    with pytest.raises(ValueError, match="cannot reuse prompt prefixes"):
+        judge_trajectories(_NoPrefixEngine(), tokenizer, trajectories, 2, SamplingParams(4), 1, reuse_prefixes=True)
     with pytest.raises(ConfigError, match="prefix_reuse needs rollout.backend transformers"):
         load_config([PROJECT_ROOT / "configs/quickstart.yaml"], ["rollout.prefix_reuse=true", "rollout.backend=vllm"])
-    with pytest.raises(ValueError, match="n = 1"):
-        engine = hf_engine.TransformersEngine(_model(), None)
-        engine.generate(TURN_1, SamplingParams(4, n=2), prefixes=(PrefixStore(), ["a", "b", "c"]))
