@@ -34,9 +34,12 @@ def _counted(body: Callable, name: str, flops: dict[str, int]) -> Callable:
     return run
 
 
-# may differ from --warm-start's run: naming, logging, and rollout.drop_finished, which only decides whether
-# ended rows keep being decoded (the bench compares an iteration with it on and off on one warm start)
-WARM_START_FREE = ("run.name", "run.eval_every", "tracking", "versioning", "rollout.drop_finished")
+# may differ from --warm-start's run: naming, logging, rollout.drop_finished, which only decides whether
+# ended rows keep being decoded, and rollout.prefix_reuse, which only decides whether a turn's prompt prefix
+# is computed again (the bench compares an iteration with each on and off on one warm start; with prefix_reuse
+# the copied baseline evaluation is the one played without it)
+WARM_START_FREE = ("run.name", "run.eval_every", "tracking", "versioning", "rollout.drop_finished",
+                   "rollout.prefix_reuse")
 
 
 def copy_warm_start(source: str | Path, configs: list[str], sets: list[str]) -> list[str]:
