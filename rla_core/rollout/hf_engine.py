@@ -235,8 +235,8 @@ def sample_batch(model: Any, prompts: list[list[int]], params: SamplingParams, e
     whose draws depend on the batch, rows are not dropped.
 
     prefixes: (store, one key per prompt): each prompt's longest common prefix with its key's previous
-    prompt is copied from the store instead of computed, and the store keeps this prompt's states
-    (rla_core/rollout/prefix_reuse.py; n = 1 only)."""
+    prompt is copied from the store instead of computed, and the store keeps this prompt's states, taken
+    before its n samples are decoded (rla_core/rollout/prefix_reuse.py)."""
     if decode_attention not in DECODE_ATTENTION:
         raise ValueError(f"unknown decode_attention {decode_attention!r}; valid: {', '.join(DECODE_ATTENTION)}")
     if decode_attention == "matmul" and decode_attention_module.supported(model):
