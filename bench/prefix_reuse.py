@@ -23,6 +23,12 @@ def _actions(trajectories) -> list[tuple]:
     return [tuple(s.action for s in t.steps) for t in trajectories]
 
 
+def _ratio(rows: list[dict]) -> float:
+    """Mean seconds of the arms with prefix_reuse on over the mean of those with it off."""
+    mean = {arm: [r["seconds"] for r in rows if r["prefix_reuse"] == arm] for arm in ("on", "off")}
+    return round((sum(mean["on"]) / len(mean["on"])) / (sum(mean["off"]) / len(mean["off"])), 3)
+
+
 def _judge_arms(paths, cfg, trajectories, judge: Path, arms: list[str], m: int) -> dict:
     """The judge stage's m verdicts on every step of `trajectories`, once per arm (judge_all, the stage's
     own call); the arms with the same setting must give the same verdicts (checked)."""
@@ -45,8 +51,7 @@ def _judge_arms(paths, cfg, trajectories, judge: Path, arms: list[str], m: int) 
     if len(verdicts) == 2:
         pairs = [(a, b) for x, y in zip(verdicts["off"], verdicts["on"]) for a, b in zip(x, y)]
         out["verdicts_equal"] = f"{sum(a == b for a, b in pairs)} of {len(pairs)}"
-        mean = {arm: sum(r["seconds"] for r in rows if r["prefix_reuse"] == arm) / arms.count(arm) for arm in verdicts}
-        out["ratio_on_off"] = round(mean["on"] / mean["off"], 3)
+        out["ratio_on_off"] = _ratio(rows)
     return out
 
 
@@ -106,9 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(episodes) == 2:
         same = sum(a == b for a, b in zip(episodes["off"], episodes["on"]))
         result["episodes_identical"] = f"{same} of {len(episodes['off'])}"
-        mean = {arm: sum(r["seconds"] for r in rows if r["prefix_reuse"] == arm) / rollout_arms.count(arm)
-                for arm in episodes}
-        result["ratio_on_off"] = round(mean["on"] / mean["off"], 3)
+        result["ratio_on_off"] = _ratio(rows)
     if args.judge:
         result["judge"] = _judge_arms(paths, cfg, first, Path(args.judge).resolve(), arms, args.m or cfg.judge.m)
     print(json.dumps(result, indent=1))

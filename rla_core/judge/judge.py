@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from rla_core.models.chat import encode_prompts
 from rla_core.rollout.base import Generation, RolloutEngine, SamplingParams
-from rla_core.rollout.prefix_reuse import PrefixStore
+from rla_core.rollout.prefix_reuse import PrefixStore, require_reuse
 from rla_core.rollout.prompts import Turn, format_history
 from rla_core.schemas import JudgedStep, JudgeSample, Trajectory, Verdict
 
@@ -118,9 +118,7 @@ def _by_step_index(engine: RolloutEngine, keys: list[tuple[int, int]], prompt_id
                    ) -> list[Generation]:
     """`engine.generate` of every prompt, one call per step index (keys: (trajectory, step index)), so that a
     trajectory's step t finds its step t − 1's prompt states in `store`; each call draws from its own seed."""
-    if not getattr(engine, "reuses_prefixes", False):
-        raise ValueError(f"rollout.prefix_reuse: the {type(engine).__name__} cannot reuse prompt prefixes "
-                         "(the transformers backend can; vLLM caches prefixes by itself)")
+    require_reuse(engine)
     out: list[list[Generation]] = [[] for _ in keys]
     last = {}
     for trajectory, index in keys:

@@ -55,12 +55,7 @@ class PreallocatedLayer(DynamicLayer):
             self._expose()
             return self.keys, self.values
         if self._keys is None:
-            self.dtype, self.device = key_states.dtype, key_states.device
-            batch, heads, _, dim = key_states.shape
-            store = self.store_dtype or key_states.dtype
-            self._keys = key_states.new_empty((batch, heads, self.capacity, dim), dtype=store)
-            self._values = value_states.new_empty((batch, heads, self.capacity, value_states.shape[-1]), dtype=store)
-            self.is_initialized = True
+            self._allocate(key_states, value_states)
         start, self.length = self.length, end
         self._keys[:, :, start:end] = key_states
         self._values[:, :, start:end] = value_states
@@ -76,14 +71,20 @@ class PreallocatedLayer(DynamicLayer):
         `update` writes after them."""
         if self._keys is not None:
             raise RuntimeError("this cache is filled already")
+        self._allocate(keys, values)
+        start = keys.shape[-2]
+        self._keys[:, :, :start], self._values[:, :, :start] = keys, values
+        self.length = start
+        self._expose()
+
+    def _allocate(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Buffers of `capacity` positions for the batch and heads of `keys`/`values`, in the store dtype."""
         self.dtype, self.device = keys.dtype, keys.device
-        batch, heads, start, dim = keys.shape
+        batch, heads, _, dim = keys.shape
         store = self.store_dtype or keys.dtype
         self._keys = keys.new_empty((batch, heads, self.capacity, dim), dtype=store)
         self._values = values.new_empty((batch, heads, self.capacity, values.shape[-1]), dtype=store)
-        self._keys[:, :, :start], self._values[:, :, :start] = keys, values
-        self.is_initialized, self.length = True, start
-        self._expose()
+        self.is_initialized = True
 
     def prompt_keys(self, row: int, offset: int) -> torch.Tensor:
         """Row `row`'s keys from column `offset` to the filled end [H, length − offset, D] (before any repeat)."""

@@ -77,6 +77,13 @@ class PrefixStore:
                 "prefix_prefill_saved": 1 - self.computed_columns / max(self.padded_columns, 1)}
 
 
+def require_reuse(engine: Any) -> None:
+    """Refuse an engine whose `generate` takes no `prefixes` (rollout.prefix_reuse needs one)."""
+    if not getattr(engine, "reuses_prefixes", False):
+        raise ValueError(f"rollout.prefix_reuse: the {type(engine).__name__} cannot reuse prompt prefixes "
+                         "(the transformers backend can; vLLM caches prefixes by itself)")
+
+
 def prefill_start(lengths: list[int], reuse: list[int]) -> int:
     """The first column the prefill runs over: width − the largest count of tokens not in the store."""
     width = max(lengths)
@@ -113,6 +120,6 @@ def keep_prompts(cache: Any, store: PrefixStore, keys: list[Hashable], prompts: 
     width = max(len(p) for p in prompts)
     for row, (key, prompt) in enumerate(zip(keys, prompts)):
         offset = width - len(prompt)
-        states = [(layer.prompt_keys(row, offset).to(dtype).clone(), layer.prompt_values(row, offset).to(dtype).clone())
-                  for layer in cache.layers]
+        states = [(layer.prompt_keys(row, offset).to(dtype, copy=True),
+                   layer.prompt_values(row, offset).to(dtype, copy=True)) for layer in cache.layers]
         store.put(key, prompt, states)

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from rla_core.envs.base import EnvironmentFamily, Episode
 from rla_core.models.chat import encode_prompts
 from rla_core.rollout.base import RolloutEngine, SamplingParams
-from rla_core.rollout.prefix_reuse import PrefixStore
+from rla_core.rollout.prefix_reuse import PrefixStore, require_reuse
 from rla_core.rollout.prompts import Turn, parse_action, policy_prompt
 from rla_core.schemas import Step, Task, Trajectory
 
@@ -71,9 +71,8 @@ def play(
     Returns trajectories in job order and metrics (success_rate, mean_steps, invalid_rate; with
     reuse_prefixes also prefix_reused_rate and prefix_prefill_saved).
     """
-    if reuse_prefixes and not getattr(engine, "reuses_prefixes", False):
-        raise ValueError(f"rollout.prefix_reuse: the {type(engine).__name__} cannot reuse prompt prefixes "
-                         "(the transformers backend can; vLLM caches prefixes by itself)")
+    if reuse_prefixes:
+        require_reuse(engine)
     store = PrefixStore() if reuse_prefixes else None
     lives = [_start(task, j, family) for task, j in jobs]
     for turn in range(max_steps):
