@@ -40,6 +40,7 @@ class RunResult:
     judge_metric: str = Setting.judge_metric[0]
     bench_mu: list[float] = field(default_factory=list)
     dev: list[float] = field(default_factory=list)  # dev success at each evaluation that measured it
+    dev_at: list[int] = field(default_factory=list)  # the iteration of each dev value (0 = warm-start)
     weight: float = math.nan  # λ of the run (its setting's judge_weight_key)
     train_success: list[float] = field(default_factory=list)
     # the judge on each iteration's rollouts (Setting.judge_train_metric), nan where the stage did not log it
@@ -101,6 +102,7 @@ def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
     result.judge_bench = [m[judge_key] for m in evaluations if judge_key in m]
     result.bench_mu = [m[BENCH_MU] for m in evaluations if BENCH_MU in m]
     result.dev = [m[DEV_SUCCESS] for m in evaluations if DEV_SUCCESS in m]
+    result.dev_at = [k for k, m in zip(result.evaluated, evaluations) if DEV_SUCCESS in m]
     return result
 
 
@@ -172,7 +174,24 @@ def dev_table(results: list[RunResult], rows: list[str]) -> list[str]:
             weights = sorted({r.weight for r in mine if not math.isnan(r.weight)})
             lines.append(f"| ({key}) {ROWS[key].label} | {', '.join(f'{w:g}' for w in weights) or 'n/a'} | "
                          f"{len(mine)} | {_fmt([r.dev[0] for r in mine])} | {_fmt([r.dev[-1] for r in mine])} |")
-    return lines if len(lines) > 5 else []
+    return (lines if len(lines) > 5 else []) + dev_length_table(results, rows)
+
+
+def dev_length_table(results: list[RunResult], rows: list[str]) -> list[str]:
+    """Markdown lines: each row's dev success at every iteration some run evaluated (run.eval_every), mean ±
+    SE over the seeds that evaluated it: a run's length is chosen by these, like λ. [] when no run was
+    evaluated on dev between its warm-start and its end."""
+    points = sorted({k for r in results if r.row in rows for k in r.dev_at})
+    if not any(0 < k < r.iterations for r in results for k in r.dev_at):
+        return []
+    lines = ["", "Dev success at each evaluated iteration (run.eval_every; choose a run's length by these):", "",
+             "| row | " + " | ".join(f"it {k}" for k in points) + " |", "|---|" + "---|" * len(points)]
+    for key in rows:
+        mine = [dict(zip(r.dev_at, r.dev)) for r in results if r.row == key and r.dev]
+        if mine:
+            cells = [_fmt([at[k] for at in mine if k in at]) for k in points]
+            lines.append(f"| ({key}) {ROWS[key].label} | " + " | ".join(cells) + " |")
+    return lines
 
 
 COMPUTE_TOLERANCE = 0.05  # rolled-out episodes or optimizer steps further than this from the first row: flagged
@@ -217,7 +236,7 @@ def compute_table(results: list[RunResult], rows: list[str]) -> list[str]:
 
 def write_csv(path: Path, results: list[RunResult]) -> None:
     fields = ["row", "seed", "iterations", "baseline", "final", "evaluated", "success", "judge_metric", "judge_bench",
-              "bench_mu", "weight", "dev",
+              "bench_mu", "weight", "dev", "dev_at",
               "train_success", "train_judge_metric", "train_judge", "policy_steps", "judge_steps", "policy_samples", "judge_samples", "episodes", "tokens",
               "seconds", "run_dir"]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -230,6 +249,7 @@ def write_csv(path: Path, results: list[RunResult]) -> None:
             for key in ("success", "judge_bench", "bench_mu", "dev", "train_success", "train_judge"):
                 row[key] = " ".join(f"{v:.4f}" for v in row[key])
             row["evaluated"] = " ".join(str(k) for k in r.evaluated)
+            row["dev_at"] = " ".join(str(k) for k in r.dev_at)
             writer.writerow(row)
 
 

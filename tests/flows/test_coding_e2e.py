@@ -332,6 +332,9 @@ def test_ablation_report_reads_the_coding_runs_own_metrics(coding_run):
     assert result.judge_bench == [baseline_metrics["bench/ut_accuracy"], final_metrics["bench/ut_accuracy"]]
     assert result.success == [baseline_metrics["heldout/success_rate"], final_metrics["heldout/success_rate"]]
     assert result.success[-1] == final_metrics["heldout/pass_at_1"]
+    # dev at each evaluation and the iteration it was measured at (the length table's input)
+    assert result.dev == [baseline_metrics["dev/success_rate"], final_metrics["dev/success_rate"]]
+    assert result.dev_at == [0, 2] == result.evaluated
     table = summary_markdown([result], ["e"])
     assert "judge benchmark UT accuracy before → after" in table and "(e) full loop, λ = 0" in table
     assert f"{result.judge_bench[0]:.3f} ± 0.000 → {result.judge_bench[-1]:.3f} ± 0.000" in table
