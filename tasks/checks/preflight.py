@@ -506,8 +506,7 @@ def check_warm_start(source: str, root: Path, configs: list[str] | None, overrid
         raise MissingFile(f"--warm-start {source}: no such ablation folder")
     if folder == root:
         raise BadValue(f"--warm-start {source} is this ablation's own folder; its rows share their warm start already")
-    allowed = {"run.name", "tracking.mlflow_uri", "tracking.experiment", "judge.train",
-               "environment.adapt", weight.key}
+    allowed = {"run.name", "judge.train", "environment.adapt", weight.key}
     for seed in seeds:
         found = warm_start_source(folder, seed)
         if found is None:
@@ -515,7 +514,9 @@ def check_warm_start(source: str, root: Path, configs: list[str] | None, overrid
                               f"with config.yaml and {', '.join(WARM_START)} done); run that seed there first")
         mine = load_config(configs, [*overrides, *row_overrides(weight, experiment, str(root), row, seed)])
         theirs = load_run_config(found / CONFIG_FILE)
-        differ = [key for key in config_differences(theirs, mine) if key not in allowed]
+        # tracking.* says where a run is logged and whether its checkpoints are registered, not what it computes
+        differ = [key for key in config_differences(theirs, mine)
+                  if key not in allowed and not key.startswith("tracking.")]
         if differ:
             shown = "; ".join(f"{key}: {shown_value(theirs, key)} there, {shown_value(mine, key)} here" for key in differ[:3])
             more = f"; and {len(differ) - 3} more keys" if len(differ) > 3 else ""

@@ -6,8 +6,9 @@ the same in every row of an ablation (flows/ablation.py). A dev sweep of λ, or 
 therefore reuse the warm start of an earlier ablation folder of the same config, and costs only its RL
 iterations (on SmolLM2 coding the warm start is about 25 minutes a seed). The earlier run must have been
 made with the same config apart from what rows and ablations change: λ, the rows' switches and the run's
-name, folder and MLflow store; anything else (another warm-start length, another code version's defaults)
-is refused with the keys that differ, since its warm start would not be this config's.
+name and folder, and anything under `tracking` (its MLflow store, whether checkpoints are registered);
+anything else (another warm-start length, another code version's defaults) is refused with the keys
+that differ, since its warm start would not be this config's.
 """
 from __future__ import annotations
 

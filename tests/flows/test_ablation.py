@@ -128,6 +128,8 @@ def test_a_sweep_row_reuses_an_earlier_ablations_warm_start(finished, tmp_path):
 
     copied = {e.name for e in cache_dir(RunPaths.of(source)).iterdir()}
     assert copied and copied <= {e.name for e in cache_dir(RunPaths.of(run)).iterdir()}
+    # where a run is logged and whether it registers its checkpoints do not make another warm start
+    preflight.check_ablation(None, overrides + ["tracking.register_models=false"], 1, "e", "other", result["root"])
     with pytest.raises(ConfigError, match="bootstrap.policy_steps: .* there, 1 here"):
         preflight.check_ablation(None, overrides + ["bootstrap.policy_steps=1"], 1, "e", "other", result["root"])
 
