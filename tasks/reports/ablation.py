@@ -107,8 +107,11 @@ def read_run(run_dir: Path, row: str, seed: int) -> RunResult:
 
 
 def _fmt(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
+    """Mean ± standard error over seeds; a single seed's value alone, since one value has no spread to show."""
     mean, se = mean_se([v * scale for v in values])
-    return "n/a" if math.isnan(mean) else f"{mean:.{digits}f} ± {se:.{digits}f}"
+    if math.isnan(mean):
+        return "n/a"
+    return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {se:.{digits}f}"
 
 
 def summary_markdown(results: list[RunResult], rows: list[str]) -> str:

@@ -337,12 +337,12 @@ def test_ablation_report_reads_the_coding_runs_own_metrics(coding_run):
     assert result.dev_at == [0, 2] == result.evaluated
     table = summary_markdown([result], ["e"])
     assert "judge benchmark UT accuracy before → after" in table and "(e) full loop, λ = 0" in table
-    assert f"{result.judge_bench[0]:.3f} ± 0.000 → {result.judge_bench[-1]:.3f} ± 0.000" in table
+    assert f"{result.judge_bench[0]:.3f} → {result.judge_bench[-1]:.3f}" in table
     # the judge on each iteration's own programs: the judge stage's UT accuracy, iteration by iteration
     judged = [read_json(paths.stage(k, "judge") / "_DONE")["metrics"]["judge/ut_accuracy"] for k in (1, 2)]
     assert result.train_judge == judged and result.train_judge_metric == "judge UT accuracy on the iteration's programs"
     assert "Judge UT accuracy on the iteration's programs, per iteration" in table
-    assert f"| (e) full loop, λ = 0 | {judged[0]:.3f} ± 0.000 | {judged[1]:.3f} ± 0.000 |" in table
+    assert f"| (e) full loop, λ = 0 | {judged[0]:.3f} | {judged[1]:.3f} |" in table
 
 
 def test_a_judge_scored_before_gets_its_scores_back_exactly(coding_run, tmp_path, monkeypatch):
