@@ -70,6 +70,11 @@ ROWS: dict[str, Row] = {
 }
 
 
+# keys that rows and seeds of one ablation set differently (λ is added per setting): the ablation report's
+# same-experiment check and the --warm-start check both allow them
+ROW_KEYS = ("run.name", "run.seed", "tracking.mlflow_uri", "tracking.experiment", "judge.train", "environment.adapt")
+
+
 def check_base(cfg: "Config", rows: Sequence[Row], weight: JudgeWeight) -> None:
     """Raise ConfigError when the base config cannot make these rows at equal compute: a step-reward row
     needs λ > 0, and every row needs the same fixed number of optimizer steps per update."""

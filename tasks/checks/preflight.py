@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from rla_core.adaptation.cycle import AdaptReport
 from rla_core.adaptation.store import META_FILE, SLOTS_FILE, TaskStore
-from rla_core.ablation import JudgeWeight, Row, row_overrides
+from rla_core.ablation import ROW_KEYS, JudgeWeight, Row, row_overrides
 from rla_core.config import (Config, ConfigError, config_differences, load_config, load_run_config, resolve_data_path,
                              run_mismatch, shown_value)
 from rla_core.envs.base import check_task_lines, get_environment
@@ -506,7 +506,7 @@ def check_warm_start(source: str, root: Path, configs: list[str] | None, overrid
         raise MissingFile(f"--warm-start {source}: no such ablation folder")
     if folder == root:
         raise BadValue(f"--warm-start {source} is this ablation's own folder; its rows share their warm start already")
-    allowed = {"run.name", "judge.train", "environment.adapt", weight.key}
+    allowed = {*ROW_KEYS, weight.key}
     for seed in seeds:
         found = warm_start_source(folder, seed)
         if found is None:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rla_core.ablation import ROWS, parse_rows
+from rla_core.ablation import ROW_KEYS, ROWS, parse_rows
 from rla_core.config import Config, ConfigError, config_differences, load_run_config, shown_value
 from rla_core.errors import BadValue, MissingFile
 from tasks.paths import CONFIG_FILE
@@ -27,8 +27,6 @@ from tasks.reports.ablation import read_run, summary_markdown, write_report
 from tasks.settings import setting_for
 
 RUN_NAME = re.compile(r"^([a-z])-seed(\d+)$")
-# keys that rows and seeds of one ablation set differently (λ is added per setting)
-ROW_KEYS = ("run.name", "run.seed", "tracking.mlflow_uri", "tracking.experiment", "judge.train", "environment.adapt")
 
 
 @dataclass(frozen=True)
