@@ -73,6 +73,20 @@ ROWS: dict[str, Row] = {
 # keys that rows and seeds of one ablation set differently (λ is added per setting): the ablation report's
 # same-experiment check and the --warm-start check both allow them
 ROW_KEYS = ("run.name", "run.seed", "tracking.mlflow_uri", "tracking.experiment", "judge.train", "environment.adapt")
+# keys (or whole sections) that change neither what a run trains nor what its final evaluation measures: where
+# its folder is and where its stages run, where it is logged and versioned, how many checkpoints stay on disk,
+# whether cached judge scores are reused, and how often it is evaluated on the way (an evaluation changes no
+# weight and no later stage's input: tests/flows/test_iteration_e2e.py). Runs that differ only in these (and in
+# ROW_KEYS and λ) are one experiment; run.iterations is not among them: a run's length is part of its result.
+UNMEASURED_KEYS = ("run.output_dir", "run.keep_checkpoints", "run.eval_every", "eval.reuse_judge_scores",
+                   "orchestration", "tracking", "versioning")
+
+
+def experiment_differences(differences: Sequence[str], weight_key: str) -> list[str]:
+    """The keys of `differences` (dotted config keys two runs set differently) that make them two
+    experiments: all but ROW_KEYS, λ (`weight_key`) and UNMEASURED_KEYS."""
+    free = (*ROW_KEYS, weight_key, *UNMEASURED_KEYS)
+    return [key for key in differences if not any(key == f or key.startswith(f + ".") for f in free)]
 
 
 def check_base(cfg: "Config", rows: Sequence[Row], weight: JudgeWeight) -> None:

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from rla_core.adaptation.cycle import AdaptReport
 from rla_core.adaptation.store import META_FILE, SLOTS_FILE, TaskStore
-from rla_core.ablation import ROW_KEYS, JudgeWeight, Row, row_overrides
+from rla_core.ablation import JudgeWeight, Row, experiment_differences, row_overrides
 from rla_core.config import (Config, ConfigError, config_differences, load_config, load_run_config, resolve_data_path,
                              run_mismatch, shown_value)
 from rla_core.envs.base import check_task_lines, get_environment
@@ -506,7 +506,6 @@ def check_warm_start(source: str, root: Path, configs: list[str] | None, overrid
         raise MissingFile(f"--warm-start {source}: no such ablation folder")
     if folder == root:
         raise BadValue(f"--warm-start {source} is this ablation's own folder; its rows share their warm start already")
-    allowed = {*ROW_KEYS, weight.key}
     for seed in seeds:
         found = warm_start_source(folder, seed)
         if found is None:
@@ -514,9 +513,8 @@ def check_warm_start(source: str, root: Path, configs: list[str] | None, overrid
                               f"with config.yaml and {', '.join(WARM_START)} done); run that seed there first")
         mine = load_config(configs, [*overrides, *row_overrides(weight, experiment, str(root), row, seed)])
         theirs = load_run_config(found / CONFIG_FILE)
-        # tracking.* says where a run is logged and whether its checkpoints are registered, not what it computes
-        differ = [key for key in config_differences(theirs, mine)
-                  if key not in allowed and not key.startswith("tracking.")]
+        # where a run is logged, versioned and evaluated on the way does not change its warm start
+        differ = experiment_differences(config_differences(theirs, mine), weight.key)
         if differ:
             shown = "; ".join(f"{key}: {shown_value(theirs, key)} there, {shown_value(mine, key)} here" for key in differ[:3])
             more = f"; and {len(differ) - 3} more keys" if len(differ) > 3 else ""

@@ -5,10 +5,11 @@ A seed's warm start (seed store and task files, initial and warm-started models,
 the same in every row of an ablation (flows/ablation.py). A dev sweep of λ, or a row added later, can
 therefore reuse the warm start of an earlier ablation folder of the same config, and costs only its RL
 iterations (on SmolLM2 coding the warm start is about 25 minutes a seed). The earlier run must have been
-made with the same config apart from what rows and ablations change: λ, the rows' switches and the run's
-name and folder, and anything under `tracking` (its MLflow store, whether checkpoints are registered);
-anything else (another warm-start length, another code version's defaults) is refused with the keys
-that differ, since its warm start would not be this config's.
+made with the same config apart from what rows and ablations change (λ, the rows' switches and the
+run's name and folder) and what changes no result (rla_core.ablation.UNMEASURED_KEYS: anything under
+`tracking` or `versioning`, how often the run is evaluated on the way; and its length); anything else
+(another warm-start length, another code version's defaults) is refused with the keys that differ, since
+its warm start would not be this config's.
 """
 from __future__ import annotations
 

@@ -180,10 +180,17 @@ def dev_table(results: list[RunResult], rows: list[str]) -> list[str]:
     return (lines if len(lines) > 5 else []) + dev_length_table(results, rows)
 
 
+def _seeds_cell(values: list[float], seeds: int) -> str:
+    """Mean ± SE of `values`, saying how many of the row's `seeds` they come from when not all of them."""
+    if not values:
+        return "n/a"
+    return _fmt(values) + (f" ({len(values)} of {seeds} seeds)" if len(values) < seeds else "")
+
+
 def dev_length_table(results: list[RunResult], rows: list[str]) -> list[str]:
     """Markdown lines: each row's dev success at every iteration some run evaluated (run.eval_every), mean ±
-    SE over the seeds that evaluated it: a run's length is chosen by these, like λ. [] when no run was
-    evaluated on dev between its warm-start and its end."""
+    SE over the seeds that evaluated it (how many, where not all): a run's length is chosen by these, like λ.
+    [] when no run was evaluated on dev between its warm-start and its end."""
     points = sorted({k for r in results if r.row in rows for k in r.dev_at})
     if not any(0 < k < r.iterations for r in results for k in r.dev_at):
         return []
@@ -192,7 +199,7 @@ def dev_length_table(results: list[RunResult], rows: list[str]) -> list[str]:
     for key in rows:
         mine = [dict(zip(r.dev_at, r.dev)) for r in results if r.row == key and r.dev]
         if mine:
-            cells = [_fmt([at[k] for at in mine if k in at]) for k in points]
+            cells = [_seeds_cell([at[k] for at in mine if k in at], len(mine)) for k in points]
             lines.append(f"| ({key}) {ROWS[key].label} | " + " | ".join(cells) + " |")
     return lines
 

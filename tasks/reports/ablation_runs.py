@@ -9,8 +9,10 @@ runs:
 - a run whose config does not have its row's switches (λ > 0 or = 0, judge.train, environment.adapt);
 - one row at two values of λ;
 - a config that differs from the first run's beyond what rows and seeds change (λ, the switches, the
-  seed, the run's name and folder, the MLflow store): another warm-start length, another budget or
-  another code version's defaults would not be the same experiment.
+  seed, the run's name and folder, the MLflow store) and what changes no result
+  (rla_core.ablation.UNMEASURED_KEYS: how often a run is evaluated on the way, DVC, checkpoints kept):
+  another length (run.iterations), warm-start length, budget or code version's defaults would not be the
+  same experiment.
 The table itself is tasks/reports/ablation.py's, read from the run folders alone.
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rla_core.ablation import ROW_KEYS, ROWS, parse_rows
+from rla_core.ablation import ROWS, experiment_differences, parse_rows
 from rla_core.config import Config, ConfigError, config_differences, load_run_config, shown_value
 from rla_core.errors import BadValue, MissingFile
 from tasks.paths import CONFIG_FILE
@@ -105,7 +107,9 @@ def _check_same_experiment(runs: list[AblationRun]) -> None:
         if run.weight != same_row[0].weight:
             raise ConfigError(f"row ({run.row}) at two values of λ ({weight_key}): {same_row[0].weight:g} in "
                               f"{same_row[0].folder}, {run.weight:g} in {run.folder}; report one λ per row")
-        differ = [k for k in config_differences(first.config, run.config) if k not in (*ROW_KEYS, weight_key)]
+        differ = experiment_differences(config_differences(first.config, run.config), weight_key)
+        if run.config.run.iterations != first.config.run.iterations:  # free to continue a run, not to compare
+            differ.insert(0, "run.iterations")
         if differ:
             shown = "; ".join(f"{k}: {shown_value(first.config, k)} in {first.folder.name}, {shown_value(run.config, k)}"
                               for k in differ[:3])

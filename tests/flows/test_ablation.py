@@ -128,8 +128,10 @@ def test_a_sweep_row_reuses_an_earlier_ablations_warm_start(finished, tmp_path):
 
     copied = {e.name for e in cache_dir(RunPaths.of(source)).iterdir()}
     assert copied and copied <= {e.name for e in cache_dir(RunPaths.of(run)).iterdir()}
-    # where a run is logged and whether it registers its checkpoints do not make another warm start
-    preflight.check_ablation(None, overrides + ["tracking.register_models=false"], 1, "e", "other", result["root"])
+    # where a run is logged, whether it registers its checkpoints and how often it is evaluated on the way do
+    # not make another warm start (rla_core.ablation.UNMEASURED_KEYS)
+    preflight.check_ablation(None, overrides + ["tracking.register_models=false", "run.eval_every=1"], 1, "e",
+                             "other", result["root"])
     with pytest.raises(ConfigError, match="bootstrap.policy_steps: .* there, 1 here"):
         preflight.check_ablation(None, overrides + ["bootstrap.policy_steps=1"], 1, "e", "other", result["root"])
 
@@ -155,7 +157,7 @@ def test_ablation_report_joins_rows_of_two_ablations(finished, tmp_path):
     """`rla ablation-report`: rows (a), (d) of one ablation and row (e) of a sweep in one table, with the
     numbers each ablation's own report has for its runs; unlike runs are refused before anything is written."""
     from flows.cli import main
-    from tasks.reports.ablation_runs import report_runs
+    from tasks.reports.ablation_runs import collect_runs, report_runs
 
     result, overrides = finished
     root = RunPaths.of(result["root"]).root
@@ -181,10 +183,16 @@ def test_ablation_report_joins_rows_of_two_ablations(finished, tmp_path):
     }
     from rla_core.errors import UserError
 
+    refused["not the same experiment .*run.iterations: 1 in a-seed0, 2"] = [
+        str(root), str(_run_copy(e, tmp_path / "v" / "e-seed1", {"run.iterations": 2}))]
     for message, folders in refused.items():
         with pytest.raises(UserError, match=message):
             report_runs(folders, str(tmp_path / "refused"))
     assert not (tmp_path / "refused").exists()
+    # a seed evaluated more often on the way, logged and versioned elsewhere, is the same experiment
+    other = _run_copy(e, tmp_path / "u" / "e-seed1", {"run.eval_every": 1, "tracking.register_models": False,
+                                                      "versioning.dvc": False, "run.keep_checkpoints": 1})
+    assert [(r.row, r.seed) for r in collect_runs([str(root), str(other)])] == [("a", 0), ("d", 0), ("e", 1)]
     assert main(["ablation-report", str(root), "--into", str(root)]) == 2  # would overwrite its own report
 
 

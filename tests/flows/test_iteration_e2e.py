@@ -152,6 +152,29 @@ def test_every_evaluation_scores_the_dev_split(trained_run):
     assert read_records(paths.dev, Task) == read_records(paths.heldout, Task)  # the run's copy of eval.dev_file
 
 
+def test_evaluating_on_the_way_changes_no_trained_weight(trained_run, micro, tmp_path):
+    """run.eval_every is among the keys in which an ablation's seeds may differ (rla_core.ablation.UNMEASURED_KEYS):
+    the same run from the same warm start, evaluated only at its end, rolls out, labels and trains exactly the
+    same as the one evaluated after iteration 1 too."""
+    from flows.ablation import share_warm_start
+
+    (tmp_path / "micro").mkdir()
+    share_warm_start(trained_run.root, tmp_path / "micro")
+    again = RunPaths.of(train(None, micro + [f"run.output_dir={tmp_path}", "run.name=micro", "run.iterations=2",
+                                             "run.eval_every=0"] + _dev_overrides(trained_run.root.parent))["run_dir"])
+    assert trained_run.it(1).eval_metrics.is_file() and not again.it(1).eval_metrics.is_file()
+    for k in (1, 2):
+        before, after = trained_run.it(k), again.it(k)
+        assert (after.root / "rollout" / "trajectories.jsonl").read_bytes() == \
+            (before.root / "rollout" / "trajectories.jsonl").read_bytes()
+        for role in ("policy", "judge"):
+            assert after.batch(role).read_bytes() == before.batch(role).read_bytes(), (k, role)
+            weights = sorted(p.relative_to(before.model(role)) for p in before.model(role).rglob("*.safetensors"))
+            assert weights, before.model(role)
+            for rel in weights:
+                assert (after.model(role) / rel).read_bytes() == (before.model(role) / rel).read_bytes(), (k, role)
+
+
 def test_iteration_wall_time_and_orchestration_share_are_logged(trained_run):
     from tasks.pipeline import ITERATION
 

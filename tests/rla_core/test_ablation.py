@@ -34,3 +34,19 @@ def test_check_base_names_the_settings_key():
     check_base(cfg, parse_rows("ae"), JudgeWeight("coding.judge_test_weight", 0.0))  # no row needs λ > 0
     check_base(cfg, parse_rows("ade"), JudgeWeight("coding.judge_test_weight", 0.3))
     assert [r.key for r in parse_rows("e,a")] == ["a", "e"]
+
+
+def test_experiment_differences_keep_what_changes_a_result():
+    from rla_core.ablation import experiment_differences
+    from rla_core.config import config_differences
+
+    base = load_config([str(PROJECT_ROOT / "configs" / "coding.yaml")], [])
+    other = load_config([str(PROJECT_ROOT / "configs" / "coding.yaml")],
+                        ["run.seed=3", "coding.judge_test_weight=0.3", "run.eval_every=4", "versioning.dvc=false",
+                         "tracking.register_models=false", "run.keep_checkpoints=1", "bootstrap.policy_steps=7",
+                         "run.torch_threads=1"])
+    assert experiment_differences(config_differences(base, other), "coding.judge_test_weight") == [
+        "run.torch_threads", "bootstrap.policy_steps"]  # threads change the last bits of a CPU update
+    # a whole section's name covers its keys, not keys that merely start with the same letters
+    assert experiment_differences(["tracking.experiment", "trackingx", "run.eval_everyx"], "w") == [
+        "trackingx", "run.eval_everyx"]

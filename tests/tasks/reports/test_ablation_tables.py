@@ -25,7 +25,10 @@ def test_dev_at_each_evaluated_iteration_mean_and_se_over_seeds():
 
 def test_a_point_some_seeds_lack_is_averaged_over_the_others_and_no_point_between_means_no_table():
     results = [_run("a", 0, 8, {0: 0.5, 4: 0.6, 8: 0.7}), _run("a", 1, 8, {0: 0.5, 8: 0.9})]
-    assert dev_length_table(results, ["a"])[5] == "| (a) outcome only | 0.500 ± 0.000 | 0.600 | 0.800 ± 0.100 |"
+    assert dev_length_table(results, ["a"])[5] == ("| (a) outcome only | 0.500 ± 0.000 | 0.600 (1 of 2 seeds) | "
+                                                   "0.800 ± 0.100 |")
+    with_d = results + [_run("d", 0, 8, {0: 0.5, 8: 0.6})]  # d never evaluated at 4: n/a, no seed count
+    assert dev_length_table(with_d, ["a", "d"])[6] == "| (d) + environment adaptation (full) | 0.500 | n/a | 0.600 |"
     only_ends = [_run("a", 0, 8, {0: 0.5, 8: 0.7})]
     assert dev_length_table(only_ends, ["a"]) == []
     assert "Dev success at each evaluated iteration" not in summary_markdown(only_ends, ["a"])
