@@ -4,6 +4,10 @@ from __future__ import annotations
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
+# the bad-input tests' shared check (bad_input_helpers.py) asserts outside a test module: rewrite it too, so that
+# a failing case still shows the values compared
+pytest.register_assert_rewrite("tests.flows.bad_input_helpers")
+
 MICRO = [
     "models.vocab_size=320",
     "models.policy.hidden_size=64", "models.policy.num_layers=2", "models.policy.num_heads=4",

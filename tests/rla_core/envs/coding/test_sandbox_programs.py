@@ -1,6 +1,6 @@
 """The program sandbox (rla_core/envs/coding/sandbox.py) with normal programs: verdicts, scoring, scratch folders,
 batching, the runner's reports, the self-check, the CLI and the root-owned bwrap copy. These programs are
-benign and run in-process; the hostile ones are in test_sandbox.py, inside an outer PID namespace."""
+benign and run in-process; the hostile ones are in test_sandbox_hostile.py, inside an outer PID namespace."""
 from __future__ import annotations
 
 import json
