@@ -85,8 +85,10 @@ UNMEASURED_KEYS = ("run.output_dir", "run.keep_checkpoints", "run.eval_every", "
 def experiment_differences(differences: Sequence[str], weight_key: str) -> list[str]:
     """The keys of `differences` (dotted config keys two runs set differently) that make them two
     experiments: all but ROW_KEYS, λ (`weight_key`) and UNMEASURED_KEYS."""
+    from rla_core.config import key_under
+
     free = (*ROW_KEYS, weight_key, *UNMEASURED_KEYS)
-    return [key for key in differences if not any(key == f or key.startswith(f + ".") for f in free)]
+    return [key for key in differences if not key_under(key, free)]
 
 
 def check_base(cfg: "Config", rows: Sequence[Row], weight: JudgeWeight) -> None:

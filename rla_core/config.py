@@ -263,8 +263,14 @@ def _leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def key_under(key: str, names: tuple[str, ...] | list[str]) -> bool:
+    """Whether the dotted config `key` is one of `names` or inside one of them (a section's name covers its
+    keys; "run.eval" does not cover "run.eval_every")."""
+    return any(key == name or key.startswith(name + ".") for name in names)
+
+
 def _free(key: str) -> bool:
-    return any(key == free or key.startswith(free + ".") for free in RUN_FREE_KEYS)
+    return key_under(key, RUN_FREE_KEYS)
 
 
 def config_differences(old: Config, new: Config) -> list[str]:

@@ -32,7 +32,7 @@ from typing import Callable
 
 import torch
 
-from rla_core.config import RUN_FREE_KEYS, Config
+from rla_core.config import RUN_FREE_KEYS, Config, key_under
 from tasks.paths import RunPaths
 from tasks.stages.datasets import sha256
 from tasks.storage.files import read_json, write_json
@@ -72,10 +72,6 @@ def code_digest() -> str:
     return _code_digest
 
 
-def _free(key: str, free: tuple[str, ...]) -> bool:
-    return any(key == f or key.startswith(f + ".") for f in free)
-
-
 def _scoring_config(cfg: Config, weight_key: str) -> dict:
     free = (*FREE_KEYS, weight_key)
 
@@ -83,7 +79,7 @@ def _scoring_config(cfg: Config, weight_key: str) -> dict:
         out = {}
         for name, value in tree.items():
             key = prefix + name
-            if _free(key, free):
+            if key_under(key, free):
                 continue
             out[name] = keep(value, key + ".") if isinstance(value, dict) else value
         return out
