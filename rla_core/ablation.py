@@ -82,12 +82,23 @@ UNMEASURED_KEYS = ("run.output_dir", "run.keep_checkpoints", "run.eval_every", "
                    "orchestration", "tracking", "versioning")
 
 
-def experiment_differences(differences: Sequence[str], weight_key: str) -> list[str]:
+# keys that act only on the judge's updates in the iterations (its learning rate, which problems train it): they
+# make two experiments only where both runs train the judge; a fixed-judge row (a, b) is the same run whatever
+# they are
+JUDGE_TRAINING_KEYS = ("train.judge_lr", "coding.judge_alpha_high")
+# keys read by the iteration stages only, never by the seed, the warm start or the baseline evaluation
+# (tests/rla_core/test_ablation.py checks where they are read): a warm start made with other values of these is
+# the same warm start, so --warm-start may reuse it
+ITERATION_ONLY_KEYS = ("train.lr", *JUDGE_TRAINING_KEYS)
+
+
+def experiment_differences(differences: Sequence[str], weight_key: str, judge_trained: bool = True) -> list[str]:
     """The keys of `differences` (dotted config keys two runs set differently) that make them two
-    experiments: all but ROW_KEYS, λ (`weight_key`) and UNMEASURED_KEYS."""
+    experiments: all but ROW_KEYS, λ (`weight_key`) and UNMEASURED_KEYS, and JUDGE_TRAINING_KEYS unless
+    both runs train the judge (`judge_trained`)."""
     from rla_core.config import key_under
 
-    free = (*ROW_KEYS, weight_key, *UNMEASURED_KEYS)
+    free = (*ROW_KEYS, weight_key, *UNMEASURED_KEYS, *(() if judge_trained else JUDGE_TRAINING_KEYS))
     return [key for key in differences if not key_under(key, free)]
 
 

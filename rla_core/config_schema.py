@@ -263,6 +263,10 @@ class CodingConfig(_Section):
     tests_per_problem: int = Field(8, gt=0, description="U: unit tests the judge writes per problem")
     judge_test_weight: float = Field(0.0, ge=0, description="λ: add λ·(fraction of the judge's tests a program "
                                      "passes) to its reward; 0 = ground-truth tests only (the paper's code)")
+    judge_alpha_high: float | None = Field(
+        None, ge=0, le=1, description="the judge's training data takes problems with environment.alpha_low ≤ acc ≤ "
+        "this; 1.0 adds the problems every program solved, where a test scores +1 if correct, else −1 (the W-empty "
+        "case of the separation reward); None = environment.alpha_high, the same band as the policy's (the paper)")
     memory_mb: int = Field(512, gt=16, description="sandbox address-space limit per test run (MiB)")
     processes: int = Field(32, gt=0, description="sandbox process limit per program")
     output_bytes: int = Field(65536, gt=0, description="sandbox cap on a test run's stdout and stderr")
@@ -417,3 +421,11 @@ class Config(_Section):
     gates: GatesConfig = Field(GatesConfig(), description="data-quality gates")
     storage: StorageConfig = Field(StorageConfig(), description="where stage outputs are stored")
     orchestration: OrchestrationConfig = Field(OrchestrationConfig(), description="where stages run")
+
+    @model_validator(mode="after")
+    def _judge_band(self) -> "Config":
+        high = self.coding.judge_alpha_high
+        if high is not None and high < self.environment.alpha_high:
+            raise ValueError(f"coding.judge_alpha_high ({high:g}) must be at least environment.alpha_high "
+                             f"({self.environment.alpha_high:g}): it widens the judge's band, it cannot narrow it")
+        return self

@@ -36,9 +36,9 @@ from pydantic import BaseModel, ValidationError
 
 from rla_core.adaptation.cycle import AdaptReport
 from rla_core.adaptation.store import META_FILE, SLOTS_FILE, TaskStore
-from rla_core.ablation import JudgeWeight, Row, experiment_differences, row_overrides
-from rla_core.config import (Config, ConfigError, config_differences, load_config, load_run_config, resolve_data_path,
-                             run_mismatch, shown_value)
+from rla_core.ablation import ITERATION_ONLY_KEYS, JudgeWeight, Row, experiment_differences, row_overrides
+from rla_core.config import (Config, ConfigError, config_differences, key_under, load_config, load_run_config,
+                             resolve_data_path, run_mismatch, shown_value)
 from rla_core.envs.base import check_task_lines, get_environment
 from rla_core.errors import BadValue, DataError, MissingFile
 from rla_core.judge.benchmark import BenchmarkStep
@@ -514,7 +514,9 @@ def check_warm_start(source: str, root: Path, configs: list[str] | None, overrid
         mine = load_config(configs, [*overrides, *row_overrides(weight, experiment, str(root), row, seed)])
         theirs = load_run_config(found / CONFIG_FILE)
         # where a run is logged, versioned and evaluated on the way does not change its warm start
-        differ = experiment_differences(config_differences(theirs, mine), weight.key)
+        # nor do the keys only the iterations read (the lr of either model, the judge's band)
+        differ = [key for key in experiment_differences(config_differences(theirs, mine), weight.key)
+                  if not key_under(key, ITERATION_ONLY_KEYS)]
         if differ:
             shown = "; ".join(f"{key}: {shown_value(theirs, key)} there, {shown_value(mine, key)} here" for key in differ[:3])
             more = f"; and {len(differ) - 3} more keys" if len(differ) > 3 else ""

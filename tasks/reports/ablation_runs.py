@@ -102,19 +102,25 @@ def collect_runs(folders: list[str]) -> list[AblationRun]:
 def _check_same_experiment(runs: list[AblationRun]) -> None:
     first = runs[0]
     weight_key = setting_for(first.config).judge_weight_key
+    trainer = next((r for r in runs if r.config.judge.train), None)  # the first run that trains its judge
     for run in runs[1:]:
         same_row = [r for r in runs if r.row == run.row]
         if run.weight != same_row[0].weight:
             raise ConfigError(f"row ({run.row}) at two values of λ ({weight_key}): {same_row[0].weight:g} in "
                               f"{same_row[0].folder}, {run.weight:g} in {run.folder}; report one λ per row")
-        differ = experiment_differences(config_differences(first.config, run.config), weight_key)
+        # the judge's training keys matter between runs that train their judge only
+        other = first
+        differ = experiment_differences(config_differences(first.config, run.config), weight_key, judge_trained=False)
+        if not differ and run.config.judge.train and trainer is not run:
+            other = trainer
+            differ = experiment_differences(config_differences(trainer.config, run.config), weight_key)
         if run.config.run.iterations != first.config.run.iterations:  # free to continue a run, not to compare
             differ.insert(0, "run.iterations")
         if differ:
-            shown = "; ".join(f"{k}: {shown_value(first.config, k)} in {first.folder.name}, {shown_value(run.config, k)}"
+            shown = "; ".join(f"{k}: {shown_value(other.config, k)} in {other.folder.name}, {shown_value(run.config, k)}"
                               for k in differ[:3])
             more = f"; and {len(differ) - 3} more keys" if len(differ) > 3 else ""
-            raise ConfigError(f"{run.folder} is not the same experiment as {first.folder} ({shown}{more}); an "
+            raise ConfigError(f"{run.folder} is not the same experiment as {other.folder} ({shown}{more}); an "
                               "ablation table compares runs that differ only in their row's switches, λ and seed")
 
 

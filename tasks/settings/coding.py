@@ -327,7 +327,8 @@ class CodingSetting(Setting):
         env = cfg.environment
         policy, policy_metrics = coding_rewards.policy_samples(trajectories, runs, tests, env.alpha_low, env.alpha_high,
                                                                cfg.coding.judge_test_weight)
-        judge_data, judge_metrics = coding_rewards.judge_samples(runs, tests, env.alpha_low, env.alpha_high)
+        judge_high = env.alpha_high if cfg.coding.judge_alpha_high is None else cfg.coding.judge_alpha_high
+        judge_data, judge_metrics = coding_rewards.judge_samples(runs, tests, env.alpha_low, judge_high)
         return write_batches(paths, cfg, k, policy, judge_data, {**policy_metrics, **judge_metrics}, rolled_out,
                              [t.response_ids for t in all_tests])
 
