@@ -111,11 +111,11 @@ def _check_same_experiment(runs: list[AblationRun]) -> None:
         # the judge's training keys matter between runs that train their judge only
         other = first
         differ = experiment_differences(config_differences(first.config, run.config), weight_key, judge_trained=False)
+        if run.config.run.iterations != first.config.run.iterations:  # free to continue a run, not to compare
+            differ.insert(0, "run.iterations")
         if not differ and run.config.judge.train and trainer is not run:
             other = trainer
             differ = experiment_differences(config_differences(trainer.config, run.config), weight_key)
-        if run.config.run.iterations != first.config.run.iterations:  # free to continue a run, not to compare
-            differ.insert(0, "run.iterations")
         if differ:
             shown = "; ".join(f"{k}: {shown_value(other.config, k)} in {other.folder.name}, {shown_value(run.config, k)}"
                               for k in differ[:3])

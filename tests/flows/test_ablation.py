@@ -132,6 +132,9 @@ def test_a_sweep_row_reuses_an_earlier_ablations_warm_start(finished, tmp_path):
     # not make another warm start (rla_core.ablation.UNMEASURED_KEYS)
     preflight.check_ablation(None, overrides + ["tracking.register_models=false", "run.eval_every=1"], 1, "e",
                              "other", result["root"])
+    # nor do the keys only the iterations read: a dev sweep of the judge's lr or band reuses the warm start
+    preflight.check_ablation(None, overrides + ["train.judge_lr=0.5", "train.lr=0.5", "coding.judge_alpha_high=1.0"],
+                             1, "e", "other", result["root"])
     with pytest.raises(ConfigError, match="bootstrap.policy_steps: .* there, 1 here"):
         preflight.check_ablation(None, overrides + ["bootstrap.policy_steps=1"], 1, "e", "other", result["root"])
 
@@ -185,10 +188,16 @@ def test_ablation_report_joins_rows_of_two_ablations(finished, tmp_path):
 
     refused["not the same experiment .*run.iterations: 1 in a-seed0, 2"] = [
         str(root), str(_run_copy(e, tmp_path / "v" / "e-seed1", {"run.iterations": 2}))]
+    # the judge's training keys separate runs that train their judge (d-seed0 is the first of those) ...
+    refused["not the same experiment as .*d-seed0 \\(coding.judge_alpha_high: .* in d-seed0, 1.0\\)"] = [
+        str(root), str(_run_copy(e, tmp_path / "t" / "e-seed1", {"coding.judge_alpha_high": 1.0}))]
     for message, folders in refused.items():
         with pytest.raises(UserError, match=message):
             report_runs(folders, str(tmp_path / "refused"))
     assert not (tmp_path / "refused").exists()
+    # ... but not a fixed-judge row from them: row (a) is the same run whatever its unused judge lr or band
+    fixed = _run_copy(a, tmp_path / "s" / "a-seed1", {"train.judge_lr": 0.5, "coding.judge_alpha_high": 1.0})
+    assert [(r.row, r.seed) for r in collect_runs([str(root), str(fixed)])] == [("a", 0), ("a", 1), ("d", 0)]
     # a seed evaluated more often on the way, logged and versioned elsewhere, is the same experiment
     other = _run_copy(e, tmp_path / "u" / "e-seed1", {"run.eval_every": 1, "tracking.register_models": False,
                                                       "versioning.dvc": False, "run.keep_checkpoints": 1})

@@ -134,6 +134,51 @@ def test_batches_hold_in_band_problems_only(coding_run):
     assert total > 0, "no training sample in either iteration: the micro warm-start is too short"
 
 
+def test_the_judges_band_widens_to_problems_every_program_solved(coding_run, tmp_path):
+    """coding.judge_alpha_high=1: the data stage's judge batch also takes the problems every program solved,
+    each test's advantage positive when it is correct (passed by every program) and negative when not (the
+    W-empty separation reward); the policy batch and the in-band problems' judge samples stay as they were.
+    On a copy of iteration 1 whose first problem is marked solved by every program (so the case exists on every
+    CPU, whatever the micro policy passed); the default config leaves that problem out of both batches."""
+    import shutil
+
+    from tasks.stages.iteration import read_adapt_report
+
+    paths, _, out = coding_run
+    copy = RunPaths.of(shutil.copytree(paths.root, tmp_path / paths.root.name,
+                                       ignore=shutil.ignore_patterns("*.safetensors", "mlartifacts", "mlflow.db")))
+    it = copy.it(1)
+    runs = read_records(it.programs, ProgramRun)
+    rejected = set(read_adapt_report(copy, 1).rejected)
+    solved = sorted({r.task_id for r in runs} - rejected)[0]
+    write_records(it.programs, [r.model_copy(update={"pass_all": True}) if r.task_id == solved else r for r in runs])
+    # and its first test passed by every program (correct), its second by none (wrong)
+    all_tests = read_records(it.unit_tests, UnitTest)
+    edits = {0: {"stdin": "1\n", "stdout": "1\n", "passes": [True] * N}, 1: {"passes": [False] * N}}
+    all_tests = [t.model_copy(update=edits[t.index]) if t.task_id == solved and t.index in edits else t
+                 for t in all_tests]
+    write_records(it.unit_tests, all_tests)
+    tests = [t for t in all_tests if t.task_id == solved]
+    correct = {t.index: t.stdin is not None and all(t.passes) for t in tests}
+    assert len(tests) == U and correct[0] and not correct[1]
+
+    def batches(overrides):
+        config = load_config([CODING_CONFIG], _overrides(out) + overrides)
+        metrics = CodingSetting().data(copy, config, 1, read_adapt_report(copy, 1))["metrics"]
+        return (read_records(it.batch("policy"), TrainingSample), read_records(it.batch("judge"), TrainingSample),
+                metrics)
+
+    policy, judge, metrics = batches([])
+    wide_policy, wide_judge, wide_metrics = batches(["coding.judge_alpha_high=1.0"])
+    assert solved not in {s.task_id for s in policy + judge}
+    assert wide_policy == policy
+    assert [s for s in wide_judge if s.task_id != solved] == judge
+    assert wide_metrics["judge/tasks_in_band"] == metrics["judge/tasks_in_band"] + 1
+    added = [s for s in wide_judge if s.task_id == solved]
+    assert sorted(s.sample_index for s in added) == list(range(U))  # rewards of ±1, never all equal here
+    assert all((s.advantage > 0) == correct[s.sample_index] for s in added)
+
+
 def test_a_non_empty_batch_updates_its_model(coding_run):
     import torch
 

@@ -50,3 +50,38 @@ def test_experiment_differences_keep_what_changes_a_result():
     # a whole section's name covers its keys, not keys that merely start with the same letters
     assert experiment_differences(["tracking.experiment", "trackingx", "run.eval_everyx"], "w") == [
         "trackingx", "run.eval_everyx"]
+
+
+def test_judge_training_keys_separate_only_runs_that_train_their_judge():
+    from rla_core.ablation import JUDGE_TRAINING_KEYS, experiment_differences
+
+    differences = ["train.judge_lr", "coding.judge_alpha_high", "train.lr"]
+    assert experiment_differences(differences, "coding.judge_test_weight") == differences
+    # a fixed judge is the same run whatever its (unused) training keys say; the policy's lr still counts
+    assert experiment_differences(differences, "coding.judge_test_weight", judge_trained=False) == ["train.lr"]
+    assert set(JUDGE_TRAINING_KEYS) == {"train.judge_lr", "coding.judge_alpha_high"}
+
+
+def test_iteration_only_keys_are_read_by_the_iteration_stages_only():
+    """--warm-start reuses a warm start made with other values of ITERATION_ONLY_KEYS: that holds while nothing
+    but the training stage (both lrs) and the coding data stage (the judge's band) reads them. A new reader
+    elsewhere (a warm start using train.lr, say) fails here until it is judged safe and listed."""
+    import re
+
+    from rla_core.ablation import ITERATION_ONLY_KEYS
+
+    readers = {"train.lr": r"\btrain\.lr\b", "train.judge_lr": r"\.judge_lr\b",
+               "coding.judge_alpha_high": r"\.judge_alpha_high\b"}
+    assert set(readers) == set(ITERATION_ONLY_KEYS)
+    allowed = {"train.lr": {"tasks/stages/training.py"}, "train.judge_lr": {"tasks/stages/training.py"},
+               "coding.judge_alpha_high": {"tasks/settings/coding.py", "rla_core/config_schema.py"}}  # + its check
+    found: dict[str, set[str]] = {key: set() for key in readers}
+    for package in ("rla_core", "tasks", "flows"):
+        for path in (PROJECT_ROOT / package).rglob("*.py"):
+            code = "\n".join(line.split("#")[0] for line in path.read_text().splitlines())
+            code = re.sub(r'"""[\s\S]*?"""', "", code)  # docstrings name keys without reading them
+            code = re.sub(r'"[^"\n]*"', '""', code)  # so do messages
+            for key, pattern in readers.items():
+                if re.search(pattern, code):
+                    found[key].add(str(path.relative_to(PROJECT_ROOT)))
+    assert found == allowed

@@ -70,6 +70,15 @@ def test_band_must_be_ordered():
         load_config(overrides=["environment.alpha_low=0.9"])
 
 
+def test_the_judges_band_may_only_widen():
+    assert load_config(overrides=["coding.judge_alpha_high=1.0"]).coding.judge_alpha_high == 1.0
+    assert load_config().coding.judge_alpha_high is None  # the paper: the policy's band
+    with pytest.raises(ConfigError, match=r"coding.judge_alpha_high \(0.5\) must be at least environment.alpha_high \(0.8\)"):
+        load_config(overrides=["coding.judge_alpha_high=0.5"])
+    with pytest.raises(ConfigError, match="judge_alpha_high"):
+        load_config(overrides=["coding.judge_alpha_high=1.5"])
+
+
 def test_override_without_equals_sign_is_rejected():
     with pytest.raises(ConfigError, match="section.key=value"):
         load_config(overrides=["rollout.n"])
