@@ -6,7 +6,9 @@ Per problem q: N policy programs, U judge unit tests, the ground-truth (GT) test
 - Policy data: problems with α_low ≤ acc ≤ α_high; advantage = population z-score of
   pass_ratio(c) + λ · (the fraction of the judge's parseable tests c passes) over the problem's N
   programs (λ = coding.judge_test_weight, 0 by default as in the paper's code); zero advantages dropped.
-- Judge data, from the same in-band problems: G = programs passing every GT test, W = the others.
+- Judge data, from the same in-band problems (`coding.judge_alpha_high` may raise the band's top for the
+  judge alone, up to 1: the problems every program solved, scored by the W-empty case): G = programs passing
+  every GT test, W = the others.
   A test u is *correct* iff every program of G passes it. Raw reward:
       W empty:          +1 if u correct else −1
       u correct:        +#{c ∈ W : c fails u}
