@@ -19,6 +19,7 @@ from rla_core.adaptation.rewriters import build_rewrite_prompt, generator_answer
 from rla_core.envs.base import EnvironmentFamily, SpecError
 from rla_core.judge.judge import BAD_RATIONALE, judge_answer, judge_prompt, step_prompts
 from rla_core.rollout.prompts import Turn, policy_answer, policy_prompt
+from rla_core.rollout.runner import INVALID
 from rla_core.schemas import CriticFeedback, Direction, RejectedAction, Task, Trajectory
 
 DIRECTIONS: tuple[Direction, ...] = ("harder", "easier")
@@ -55,6 +56,33 @@ def oracle_walk(family: EnvironmentFamily, task: Task, noise: float, rng: random
         observation = outcome.observation
         if outcome.done:
             break
+    return steps
+
+
+def replay_walk(family: EnvironmentFamily, task: Task, trajectory: Trajectory) -> list[WalkStep]:
+    """The states a policy visited, each with the oracle's command from there (DAgger's labels): the episode
+    of `trajectory` replayed command by command in a fresh game of `task` (an unparsed answer is stepped as
+    the rollout steps it, INVALID). A state the oracle has no plan from gives no step; the replay goes on
+    so that later states keep their history. A game that does not repeat the
+    recorded observations is a broken environment, so it raises RuntimeError."""
+    episode = family.make(task.spec)
+    observation, history, steps = episode.reset(), [], []
+    if observation != trajectory.initial_observation:
+        raise RuntimeError(f"replaying {trajectory.task_id}: the game's first observation differs from the episode's")
+    for step in trajectory.steps:
+        commands = episode.admissible_commands()
+        plan = episode.oracle_plan()
+        action = step.action if step.action is not None else INVALID
+        taken = commands.index(action) + 1 if action in commands else 0
+        outcome = episode.step(action)
+        if outcome.observation != step.observation:
+            raise RuntimeError(f"replaying {trajectory.task_id} step {step.index}: the game's observation differs "
+                               "from the episode's (the environment is not deterministic)")
+        if plan:
+            steps.append(WalkStep(episode.goal, tuple(history), observation, tuple(commands),
+                                  commands.index(plan[0]) + 1, taken, bool(step.oracle_good), outcome.observation))
+        history.append(Turn(action, outcome.observation))
+        observation = outcome.observation
     return steps
 
 

@@ -311,6 +311,18 @@ class BootstrapConfig(_Section):
         "exclude_train_games) played once each by the warm-started policy at rollout.temperature, every step "
         "labelled by the oracle, added to the judge's warm-start labels before balancing (its mistakes are a "
         "model's, not uniformly random commands); 0: oracle walks only. The policy is trained first")
+    policy_dagger_tasks: int = Field(
+        0, ge=0, description="DAgger, one round: after policy_steps, the warm-started policy plays this many fresh "
+        "tasks (no reserved game; nor the seed slots' with exclude_train_games) once each at "
+        "policy_dagger_temperature; every state it visited, labelled with the oracle's command from there, joins "
+        "the demonstrations, and the policy trains policy_dagger_steps more steps on both (the states its own "
+        "mistakes lead to, e.g. the cycles greedy play ends in, which oracle walks never reach). Household and "
+        "TextWorld; 0 = no round")
+    policy_dagger_steps: int = Field(0, ge=0, description="optimizer steps of the DAgger round (with "
+                                     "policy_dagger_tasks)")
+    policy_dagger_temperature: float = Field(
+        0.0, ge=0, description="sampling temperature of the DAgger round's episodes; 0 = greedy, the play whose "
+        "repeated-action cycles the round is for")
     exclude_train_games: bool = Field(
         False, description="the policy demonstrations and judge labels avoid the seed slots' games (by content "
         "hash), so RL trains on games the warm-start never saw; matters when slots and demonstrations share a "
@@ -421,6 +433,17 @@ class Config(_Section):
     gates: GatesConfig = Field(GatesConfig(), description="data-quality gates")
     storage: StorageConfig = Field(StorageConfig(), description="where stage outputs are stored")
     orchestration: OrchestrationConfig = Field(OrchestrationConfig(), description="where stages run")
+
+    @model_validator(mode="after")
+    def _dagger(self) -> "Config":
+        boot = self.bootstrap
+        if bool(boot.policy_dagger_tasks) != bool(boot.policy_dagger_steps):
+            raise ValueError(f"bootstrap.policy_dagger_tasks ({boot.policy_dagger_tasks}) and policy_dagger_steps "
+                             f"({boot.policy_dagger_steps}) go together: both 0, or both > 0")
+        if boot.policy_dagger_tasks and self.environment.name == "coding":
+            raise ValueError("bootstrap.policy_dagger_tasks: the DAgger round is for multi-turn games (household, "
+                             "TextWorld); a coding problem is one turn, so there are no visited states to label")
+        return self
 
     @model_validator(mode="after")
     def _judge_band(self) -> "Config":

@@ -182,12 +182,12 @@ def check_role(role: str) -> str:
 
 
 def warm_start_role(paths: RunPaths, cfg: Config, role: str, pairs: list[tuple[str, str]], steps: int, lr: float,
-                    on_step: Callable[[int, float, Any, Any], None] | None = None):
-    """Supervised warm-start of one role from models/init: its train.trainable subset, in its dtype, on
-    `pairs` for `steps` steps at `lr` (bootstrap's batch and seed). `on_step(step, loss, model, tokenizer)`
-    after each step (e.g. checkpoints). Returns (model, tokenizer, metrics); the caller saves the model
-    (merged: trainable.merge)."""
-    model, tokenizer = load_model(paths.init_models / role, cfg.models.torch_device())
+                    on_step: Callable[[int, float, Any, Any], None] | None = None, start: Path | None = None):
+    """Supervised warm-start of one role from models/init (or the checkpoint `start`): its train.trainable
+    subset, in its dtype, on `pairs` for `steps` steps at `lr` (bootstrap's batch and seed).
+    `on_step(step, loss, model, tokenizer)` after each step (e.g. checkpoints). Returns (model, tokenizer,
+    metrics); the caller saves the model (merged: trainable.merge)."""
+    model, tokenizer = load_model(start or paths.init_models / role, cfg.models.torch_device())
     model.train()
     trainable_weights.apply(model, cfg.train.trainable, seed=cfg.run.seed, stop_gradient=cfg.train.stop_gradient)
     with autocast(cfg.models.compute_dtype(role), cfg.models.torch_device()):

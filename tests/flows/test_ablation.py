@@ -361,6 +361,58 @@ def test_policy_warmstart_bench_repeats_the_runs_own_warm_start_and_its_baseline
     assert tree() == before
 
 
+def test_a_dagger_round_in_the_bench_is_the_bootstraps_own(finished, tmp_path):
+    """bench/policy_dagger.py from a game run's warm-started policy: with --score-start its sampled dev episodes
+    are the baseline evaluation's; the round's checkpoint is weight for weight the one the bootstrap stage makes
+    with the same bootstrap.policy_dagger_* keys (which trains the policy, saves it and runs the same round from
+    it); the run folder is left as it was."""
+    import hashlib
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from rla_core.config import load_config
+    from rla_core.errors import BadValue
+    from tasks.common import bind_environment
+    from tasks.settings import setting_for
+
+    script = _bench_script("policy_dagger.py")
+    result, _ = finished
+    run = RunPaths.of(result["root"]).root / "a-seed0"
+
+    def tree(root):
+        return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(root.rglob("*")) if p.is_file() and p.suffix != ".lock"}
+
+    before, out = tree(run), tmp_path / "dagger"
+    start = run / "models" / "bootstrap" / "policy"
+    assert script.main(["--run", str(run), "--policy", str(start), "--tasks", "3", "--steps", "2", "--score-start",
+                        "--out-dir", str(out)]) == 0
+    assert tree(run) == before
+    got = json.loads((out / "result.json").read_text())
+    baseline = json.loads((run / "baseline" / "metrics.json").read_text())
+    assert got["start_dev"]["sampled/dev/success_rate"] == baseline["dev/success_rate"]
+    assert (out / "start" / "sampled" / "dev_trajectories.jsonl").read_bytes() == \
+        (run / "baseline" / "dev_trajectories.jsonl").read_bytes()
+    assert got["start_dev"]["greedy/dev/episodes"] == 4 and 0 <= got["dev"]["greedy/dev/success_rate"] <= 1
+    assert got["round"]["bootstrap/dagger_pairs"] > 0 and got["round"]["bootstrap/dagger_steps"] == 2
+    mine = load_file(out / "policy" / "model.safetensors")
+    old = load_file(start / "model.safetensors")
+    assert mine.keys() == old.keys() and any(not mine[k].equal(old[k]) for k in old)  # it trained
+    # the bootstrap stage with the same keys, on a copy of the run: the same pairs, the same weights
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("iterations", "mlartifacts", "mlflow.db"))
+    cfg = load_config([copy / "config.yaml"], ["bootstrap.policy_dagger_tasks=3", "bootstrap.policy_dagger_steps=2"])
+    bind_environment(cfg, copy)
+    summary = setting_for(cfg).bootstrap(RunPaths.of(copy), cfg)
+    assert summary["bootstrap/dagger_pairs"] == got["round"]["bootstrap/dagger_pairs"]
+    theirs = load_file(copy / "models" / "bootstrap" / "policy" / "model.safetensors")
+    assert theirs.keys() == mine.keys() and all(theirs[k].equal(mine[k]) for k in mine)
+    with pytest.raises(BadValue, match="inside the starting checkpoint"):
+        script.main(["--run", str(run), "--policy", str(start), "--tasks", "1", "--steps", "1",
+                     "--out-dir", str(start / "x")])
+
+
 def test_heldout_policy_checkpoint_replays_the_baseline_evaluation_and_plays_greedy(finished, tmp_path):
     """bench/heldout_policy_checkpoint.py on a game run's warm-started policy: at the run's eval.temperature
     it plays the very held-out episodes the baseline evaluation played (same seed, same tasks); at 0 it

@@ -79,6 +79,20 @@ def test_the_judges_band_may_only_widen():
         load_config(overrides=["coding.judge_alpha_high=1.5"])
 
 
+def test_a_dagger_round_needs_both_its_tasks_and_steps_and_a_multi_turn_game():
+    boot = load_config(overrides=["bootstrap.policy_dagger_tasks=200", "bootstrap.policy_dagger_steps=60"]).bootstrap
+    assert (boot.policy_dagger_tasks, boot.policy_dagger_steps, boot.policy_dagger_temperature) == (200, 60, 0.0)
+    assert load_config().bootstrap.policy_dagger_tasks == 0  # no round unless asked
+    for one in ("bootstrap.policy_dagger_tasks=200", "bootstrap.policy_dagger_steps=60"):
+        with pytest.raises(ConfigError, match="policy_dagger_tasks .* and policy_dagger_steps .* go together"):
+            load_config(overrides=[one])
+    with pytest.raises(ConfigError, match="one turn"):
+        load_config([REPO / "configs" / "coding.yaml"],
+                    ["bootstrap.policy_dagger_tasks=2", "bootstrap.policy_dagger_steps=1"])
+    with pytest.raises(ConfigError, match="policy_dagger_temperature"):
+        load_config(overrides=["bootstrap.policy_dagger_temperature=-1"])
+
+
 def test_override_without_equals_sign_is_rejected():
     with pytest.raises(ConfigError, match="section.key=value"):
         load_config(overrides=["rollout.n"])
