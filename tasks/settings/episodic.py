@@ -3,7 +3,7 @@ TextWorld; any family of rla_core/envs/). The bodies of the set-up, iteration an
 
   seed       train slots + held-out (and dev) tasks, disjoint by game content; the judge benchmarks copied
   init       tokenizer on game text (and rewrite prompts); tiny policy/judge/environment models
-  bootstrap  policy SFT on noisy oracle walks (and a DAgger round on its own states), judge SFT on oracle step labels, the llm rewriter's
+  bootstrap  policy SFT on noisy oracle walks (+ a DAgger round), judge SFT on oracle step labels, the llm rewriter's
              environment model on procedural rewrites of critic feedback
   rollout    N episodes per task                                            -> trajectories.jsonl
   judge      m verdicts per step, p+/p- against the oracle labels            -> judged.jsonl
@@ -120,38 +120,26 @@ def policy_step_labels(cfg: Config, paths: RunPaths) -> list[tuple[str, str]]:
     return played_pairs(played, cfg.rollout.history_turns)
 
 
-def policy_dagger_pairs(cfg: Config, paths: RunPaths, policy: Path) -> tuple[list[tuple[str, str]], dict[str, float]]:
-    """The DAgger round's new policy pairs (bootstrap.policy_dagger_tasks): fresh `demo_tasks` played once each
-    by the policy in `policy` at bootstrap.policy_dagger_temperature, and every state it visited, replayed,
-    with the oracle's command from there as the target (`replay_walk`). Returns the pairs and the episodes'
-    metrics (bootstrap/dagger_*)."""
-    boot, family = cfg.bootstrap, get_environment(cfg.environment.name)
-    rng = random.Random(f"{cfg.run.seed}/policy-dagger")
-    tasks = demo_tasks(cfg, paths, boot.policy_dagger_tasks, rng, boot.exclude_train_games)
-    played, metrics = rollout_tasks(paths, cfg, tasks, policy, 1, boot.policy_dagger_temperature,
-                                    stage_seed(cfg, 0, "policy-dagger"), "bootstrap policy: DAgger episodes")
-    by_id = {task.task_id: task for task in tasks}
-    walks = [replay_walk(family, by_id[t.task_id], t) for t in played]
-    pairs = policy_pairs(walks, cfg.rollout.history_turns)
-    summary = {f"bootstrap/dagger_{k}": v for k, v in metrics.items() if k in ("success_rate", "mean_steps")}
-    summary["bootstrap/dagger_pairs"] = float(len(pairs))
-    summary["bootstrap/dagger_oracle_agreement"] = (
-        sum(s.taken_index == s.oracle_index for w in walks for s in w) / max(sum(len(w) for w in walks), 1))
-    return pairs, summary
-
-
 def dagger_round(cfg: Config, paths: RunPaths, demos: list[tuple[str, str]], policy: Path,
                  on_step: Callable | None = None):
-    """One DAgger round from the policy checkpoint `policy`: `policy_dagger_pairs`, then
-    bootstrap.policy_dagger_steps more supervised steps from that checkpoint on the demonstrations and the new
-    pairs together (a fresh optimizer; bootstrap's batch, lr and seed). Returns (model, tokenizer, metrics)."""
-    started = time.perf_counter()
-    extra, summary = policy_dagger_pairs(cfg, paths, policy)
-    model, tokenizer, metrics = warm_start_role(paths, cfg, "policy", demos + extra, cfg.bootstrap.policy_dagger_steps,
-                                                cfg.bootstrap.lr, on_step=on_step, start=policy)
-    summary.update({f"bootstrap/dagger_{k}": v for k, v in metrics.items()})
-    summary["bootstrap/dagger_seconds"] = time.perf_counter() - started
-    return model, tokenizer, summary
+    """One DAgger round (bootstrap.policy_dagger_*) from the policy checkpoint `policy`: it plays fresh `demo_tasks`
+    once each at policy_dagger_temperature; every state it visited, replayed (`replay_walk`), gets the oracle's
+    command as target; then policy_dagger_steps more steps from `policy` on `demos` + those pairs (a fresh
+    optimizer; bootstrap's batch, lr and seed). Returns (model, tokenizer, bootstrap/dagger_* metrics)."""
+    started, boot, family = time.perf_counter(), cfg.bootstrap, get_environment(cfg.environment.name)
+    tasks = demo_tasks(cfg, paths, boot.policy_dagger_tasks, random.Random(f"{cfg.run.seed}/policy-dagger"),
+                       boot.exclude_train_games)
+    played, played_metrics = rollout_tasks(paths, cfg, tasks, policy, 1, boot.policy_dagger_temperature,
+                                           stage_seed(cfg, 0, "policy-dagger"), "bootstrap policy: DAgger episodes")
+    by_id = {task.task_id: task for task in tasks}
+    states = [s for t in played for s in replay_walk(family, by_id[t.task_id], t)]
+    extra = policy_pairs([states], cfg.rollout.history_turns)
+    model, tokenizer, metrics = warm_start_role(paths, cfg, "policy", demos + extra, boot.policy_dagger_steps,
+                                                boot.lr, on_step=on_step, start=policy)
+    metrics.update(success_rate=played_metrics["success_rate"], mean_steps=played_metrics["mean_steps"],
+                   pairs=float(len(extra)), seconds=time.perf_counter() - started,
+                   oracle_agreement=sum(s.taken_index == s.oracle_index for s in states) / max(len(states), 1))
+    return model, tokenizer, {f"bootstrap/dagger_{k}": v for k, v in metrics.items()}
 
 
 def rewrite_corpus(cfg: Config, paths: RunPaths, count: int) -> list[str]:
