@@ -361,6 +361,8 @@ def test_policy_warmstart_bench_repeats_the_runs_own_warm_start_and_its_baseline
     assert tree() == before
 
 
+@pytest.mark.slow  # 40 s; no shipped config runs a DAgger round (tried on dev, not adopted); the seam
+# itself (runner episodes -> replay_walk -> pairs) stays in CI: tests/rla_core/test_dagger.py
 def test_a_dagger_round_in_the_bench_is_the_bootstraps_own(finished, tmp_path):
     """bench/policy_dagger.py from a game run's warm-started policy: with --score-start its sampled dev episodes
     are the baseline evaluation's; the round's checkpoint is weight for weight the one the bootstrap stage makes

@@ -133,6 +133,7 @@ def test_trl_step_runs_on_the_same_work(prepared):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+@pytest.mark.slow  # 70 s: a MICRO run from scratch; the iteration part's copy path stays in CI (below)
 def test_iteration_part_counts_flops_of_the_timed_work(harness, tmp_path):  # noqa: F811
     # MICRO's warm-start wins sometimes, so both models get training data (SHORT's does not)
     result = iteration.run([], MICRO + ["run.name=bench-it"], iteration=1, workdir=str(tmp_path / "work"),
