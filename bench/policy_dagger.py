@@ -8,6 +8,8 @@ Held-out tasks are never read.
     python bench/policy_dagger.py --run RUN --policy DIR --tasks 200 --steps 60 --out-dir DIR \
         [--temperature 0] [--score-start [greedy]] [--set KEY=VALUE] [--out JSON]
 
+--tasks 0 is the control: the same --steps from the same checkpoint, a fresh optimizer, the demonstrations only.
+
 RUN: a run folder past its seed stage with a dev split (e.g. the folder of `rla bench policy-warmstart`);
 DIR: the policy checkpoint the round starts from (e.g. RUN/bench_policy_warmstart/policy/step360).
 """
@@ -48,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", required=True, help="run folder past its seed stage, with a dev split")
     parser.add_argument("--policy", required=True, help="the policy checkpoint the round starts from")
-    parser.add_argument("--tasks", type=int, required=True, help="fresh tasks the policy plays (policy_dagger_tasks)")
+    parser.add_argument("--tasks", type=int, required=True, help="fresh tasks the policy plays (policy_dagger_tasks); "
+                        "0: the control, --steps more steps on the demonstrations only")
     parser.add_argument("--steps", type=int, required=True, help="optimizer steps of the round (policy_dagger_steps)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature of its episodes")
     parser.add_argument("--score-start", nargs="?", const="both", choices=("both", "greedy"), default=None,
@@ -66,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from tasks.common import bind_environment
     from tasks.paths import RunPaths
     from tasks.settings import setting_for
+    from tasks.settings.base import warm_start_role
     from tasks.settings.episodic import dagger_round
 
     run = Path(args.run).resolve()
@@ -75,14 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         if not need.is_file():
             raise MissingFile(f"{need} is missing: give a run folder past its seed stage with a dev split "
                               "(eval.dev_file) and a policy checkpoint")
-    if args.tasks <= 0 or args.steps <= 0:
-        raise BadValue(f"--tasks and --steps must be > 0, got {args.tasks} and {args.steps}")
+    if args.tasks < 0 or args.steps <= 0:
+        raise BadValue(f"--tasks must be >= 0 and --steps > 0, got {args.tasks} and {args.steps}")
     out = Path(args.out_dir).resolve()
     if out == policy or policy in out.parents:
         raise BadValue(f"--out-dir {out} is inside the starting checkpoint; give another folder")
-    sets = [*args.set, f"bootstrap.policy_dagger_tasks={args.tasks}", f"bootstrap.policy_dagger_steps={args.steps}",
-            f"bootstrap.policy_dagger_temperature={args.temperature}"]
-    cfg = load_config([paths.config], sets)
+    round_keys = [f"bootstrap.policy_dagger_tasks={args.tasks}", f"bootstrap.policy_dagger_steps={args.steps}",
+                  f"bootstrap.policy_dagger_temperature={args.temperature}"] if args.tasks else []
+    cfg = load_config([paths.config], [*args.set, *round_keys])
     setting = setting_for(cfg)
     if not setting.episodic:
         raise BadValue("the DAgger round is for the games (household, TextWorld); coding problems are one turn")
@@ -95,7 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         result["start_dev"] = score_dev(paths, run, args.set, policy, out / "start", kinds)
         print(json.dumps({"start_dev": result["start_dev"]}, indent=1), flush=True)
     demos = setting.warm_start_pairs(paths, cfg, "policy")
-    model, tokenizer, metrics = dagger_round(cfg, paths, demos, policy)
+    if args.tasks:
+        model, tokenizer, metrics = dagger_round(cfg, paths, demos, policy)
+    else:  # the control: the same steps from the same checkpoint, fresh optimizer, on the demonstrations only
+        began = time.perf_counter()
+        model, tokenizer, metrics = warm_start_role(paths, cfg, "policy", demos, args.steps, cfg.bootstrap.lr,
+                                                    start=policy)
+        metrics["seconds"] = time.perf_counter() - began
     save_pretrained(trainable_weights.merge(model), tokenizer, out / "policy")
     del model
     result["round"] = {**metrics, "demo_pairs": float(len(demos))}
